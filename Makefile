@@ -1,0 +1,64 @@
+# ml_assets: `make demo` sets everything up and runs the main job; `make test` runs the tests.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export ML_ASSETS_HOME ?= $(CURDIR)/.ml_assets
+export DAGSTER_HOME ?= $(ML_ASSETS_HOME)/dagster
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := 1
+# On these machines the CPU build of torch 2.13.0 lies in /opt/wheels; pin it and install it first
+# so nothing resolves torch to a multi-GB CUDA build from the index.
+WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off $(WHEELS)
+MODEL ?= flights_delay
+DAY ?=
+
+.PHONY: help install demo test dev mlflow-ui materialize lint clean
+
+help:
+	@echo "make demo         set up .venv and run the main job for $(MODEL) on embedded defaults"
+	@echo "make test         run the test suite"
+	@echo "make dev          Dagster UI on http://127.0.0.1:3000 against $(ML_ASSETS_HOME)"
+	@echo "make mlflow-ui    MLflow UI on http://127.0.0.1:5000 against the same home"
+	@echo "make materialize DAY=YYYY-MM-DD   one more day of $(MODEL) through the dagster CLI"
+	@echo "make lint         ruff"
+	@echo "make clean        remove .venv and the local home"
+
+$(BIN)/.installed: pyproject.toml
+	@echo "==> creating $(VENV) and installing ml_assets (CPU torch 2.13.0)"
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) --quiet "torch==2.13.0"
+	$(PIP) --quiet -e ".[dev]"
+	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'a CUDA build of torch was installed')"
+	touch $@
+
+install: $(BIN)/.installed
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+demo: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/ml-assets demo --model $(MODEL) $(if $(DAY),--day $(DAY),)
+
+test: install
+	$(BIN)/python -m pytest
+
+dev: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+mlflow-ui: install
+	$(BIN)/mlflow ui --backend-store-uri "sqlite:///$(ML_ASSETS_HOME)/mlflow/mlflow.db" --host 127.0.0.1 --port 5000
+
+materialize: install $(DAGSTER_HOME)/dagster.yaml
+	@test -n "$(DAY)" || (echo "usage: make materialize DAY=YYYY-MM-DD [MODEL=$(MODEL)]" && exit 2)
+	$(BIN)/dagster asset materialize -m ml_assets --select 'group:$(MODEL)' --partition $(DAY)
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) $(ML_ASSETS_HOME)

@@ -1,0 +1,36 @@
+"""Assembles the code location: one asset group per model spec, resources for the environment."""
+
+import dagster as dg
+
+from ml_assets.defs import build_model_defs
+from ml_assets.resources import (
+    ArtifactStoreResource,
+    CheckpointStoreResource,
+    LocalVersionStoreResource,
+    MlflowTrackingResource,
+    TorchrunLauncher,
+)
+from ml_assets.settings import Settings, load_settings
+from ml_assets.spec import load_specs
+
+
+def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+    return {
+        "version_store": LocalVersionStoreResource(root=str(settings.version_store_root)),
+        "artifacts": ArtifactStoreResource(root=str(settings.artifacts_root)),
+        "checkpoints": CheckpointStoreResource(root=str(settings.checkpoints_root)),
+        "tracking": MlflowTrackingResource(
+            tracking_uri=settings.mlflow_tracking_uri, artifact_root=str(settings.mlflow_artifact_root)
+        ),
+        "launcher": TorchrunLauncher(),
+    }
+
+
+def build_definitions(settings: Settings | None = None) -> dg.Definitions:
+    settings = settings or load_settings()
+    models = [build_model_defs(spec) for spec in load_specs(settings.models_dir)]
+    # In-process locally: one process per run (definitions load once) and the cores stay free for
+    # the torchrun ranks the training step starts.
+    return dg.Definitions.merge(
+        *models, dg.Definitions(resources=local_resources(settings), executor=dg.in_process_executor)
+    )

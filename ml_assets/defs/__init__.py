@@ -1,0 +1,27 @@
+"""Asset builders by lifecycle stage; ``build_model_defs`` assembles one model's group."""
+
+import dagster as dg
+
+from ml_assets.defs.automation.schedules import build_daily_job, build_daily_schedule
+from ml_assets.defs.evaluation.assets import build_evaluation_report
+from ml_assets.defs.features.assets import build_features_asset
+from ml_assets.defs.raw.assets import build_raw_data
+from ml_assets.defs.registry.assets import build_registered_model
+from ml_assets.defs.snapshots.assets import build_validated_snapshot
+from ml_assets.defs.training.assets import build_trained_checkpoint
+from ml_assets.spec import ModelSpec
+
+BUILDERS = (
+    build_raw_data,
+    build_validated_snapshot,
+    build_features_asset,
+    build_trained_checkpoint,
+    build_evaluation_report,
+    build_registered_model,
+)
+
+
+def build_model_defs(spec: ModelSpec) -> dg.Definitions:
+    assets = [build(spec) for build in BUILDERS]
+    job = build_daily_job(spec, assets)
+    return dg.Definitions(assets=assets, jobs=[job], schedules=[build_daily_schedule(job)])

@@ -1,0 +1,82 @@
+"""Fitted feature state and the one ``transform`` used by training, evaluation and batch inference.
+
+The state is plain JSON (means, standard deviations, vocabularies), fitted on the training window
+only, stored beside the checkpoint and inside the registered model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+STATE_VERSION = 1
+OOV = 0  # index 0 of every vocabulary: unknown or missing category
+
+
+@dataclass(frozen=True)
+class Encoded:
+    numeric: np.ndarray  # float32 [n, len(numeric)]
+    categorical: np.ndarray  # int64 [n, len(categorical)]
+    target: np.ndarray | None  # float32 [n]
+
+
+def fit_state(frame: pl.DataFrame, numeric: list[str], categorical: list[str], target: str, task: str) -> dict:
+    if frame.height == 0:
+        raise ValueError("cannot fit feature state on an empty training window")
+    stats = {}
+    for col in numeric:
+        values = frame[col].drop_nulls()
+        mean = float(values.mean()) if len(values) else 0.0
+        std = float(values.std()) if len(values) > 1 else 1.0
+        stats[col] = {"mean": mean, "std": std if std and np.isfinite(std) and std > 1e-12 else 1.0}
+    vocab = {col: sorted(frame[col].drop_nulls().unique().to_list()) for col in categorical}
+    return {
+        "version": STATE_VERSION,
+        "task": task,
+        "target": target,
+        "numeric": stats,
+        "categorical": vocab,
+        "rows_fitted": frame.height,
+    }
+
+
+def state_bytes(state: dict) -> bytes:
+    return json.dumps(state, sort_keys=True, indent=1).encode()
+
+
+def state_sha256(state: dict) -> str:
+    return hashlib.sha256(state_bytes(state)).hexdigest()
+
+
+def transform(frame: pl.DataFrame, state: dict) -> Encoded:
+    """Raw feature columns -> model inputs. Missing numerics become the training mean."""
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"feature state version {state.get('version')!r} is not {STATE_VERSION}")
+    numeric_cols, vocabs = list(state["numeric"]), state["categorical"]
+    missing = [c for c in [*numeric_cols, *vocabs] if c not in frame.columns]
+    if missing:
+        raise ValueError(f"rows lack the feature columns {missing}")
+    num = frame.select(
+        ((pl.col(c).cast(pl.Float64) - s["mean"]) / s["std"]).fill_null(0.0).fill_nan(0.0).alias(c)
+        for c, s in state["numeric"].items()
+    )
+    cat = frame.select(
+        pl.col(c).cast(pl.String).replace_strict(v, list(range(1, len(v) + 1)), default=OOV, return_dtype=pl.Int64).alias(c)
+        for c, v in vocabs.items()
+    )
+    target = state["target"]
+    y = frame[target].cast(pl.Float32).to_numpy(writable=True) if target in frame.columns else None
+    return Encoded(
+        numeric=num.to_numpy().astype(np.float32).reshape(frame.height, len(numeric_cols)),
+        categorical=cat.to_numpy().astype(np.int64).reshape(frame.height, len(vocabs)),
+        target=y,
+    )
+
+
+def cardinalities(state: dict) -> list[int]:
+    """Embedding table sizes: the vocabulary plus the out-of-vocabulary index."""
+    return [len(v) + 1 for v in state["categorical"].values()]

@@ -1,0 +1,15 @@
+"""ConfigurableResources, chosen per environment in ml_assets.definitions."""
+
+from ml_assets.resources.artifacts import ArtifactStoreResource, CheckpointStoreResource
+from ml_assets.resources.tracking import MlflowTrackingResource
+from ml_assets.resources.training import TorchrunLauncher
+from ml_assets.resources.version_store import LocalVersionStoreResource, VersionStoreResource
+
+__all__ = [
+    "ArtifactStoreResource",
+    "CheckpointStoreResource",
+    "LocalVersionStoreResource",
+    "MlflowTrackingResource",
+    "TorchrunLauncher",
+    "VersionStoreResource",
+]

