@@ -91,7 +91,7 @@ def _read_files(table: TableSource, day: dt.date, options: dict[str, str], where
     assert table.path is not None
     pattern = table.path.replace("{date}", day.isoformat())
     fs, _, paths = fsspec.get_fs_token_paths(pattern, storage_options=options or None)
-    paths = sorted(paths)
+    paths = sorted(p for p in paths if fs.isfile(p))
     if not paths:
         raise SourceError(f"{where}: no {table.format} files match {pattern!r}")
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]

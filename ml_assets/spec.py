@@ -244,7 +244,7 @@ class ModelSpec(_Strict):
             raise ValueError(f"target.name {self.target.name!r} collides with a column or feature")
         leaked = set(self.target.input_columns) & set(self.features.numeric + self.features.categorical)
         if leaked:
-            raise ValueError(f"features {sorted(leaked)} are inputs of the target expression: that leaks the label")
+            raise ValueError(f"features: {sorted(leaked)} are inputs of the target expression: that leaks the label")
         need(self.evaluation.slice_columns, "evaluation.slice_columns", features)
         allowed = CLASSIFICATION_METRICS if self.target.task == "binary_classification" else REGRESSION_METRICS
         for where, metrics in (
@@ -274,9 +274,10 @@ class ModelSpec(_Strict):
 def _format_errors(path: Path, exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",)) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{path}: {loc}: {msg}")
+        # Cross-field checks run on the whole spec and start their message with the field.
+        lines.append(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}")
     return "invalid model spec\n  " + "\n  ".join(lines)
 
 

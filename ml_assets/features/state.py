@@ -27,13 +27,14 @@ class Encoded:
 def fit_state(frame: pl.DataFrame, numeric: list[str], categorical: list[str], target: str, task: str) -> dict:
     if frame.height == 0:
         raise ValueError("cannot fit feature state on an empty training window")
-    stats = {}
+    # Lists, not mappings: the column order is the model's input order and must survive JSON.
+    stats = []
     for col in numeric:
         values = frame[col].drop_nulls()
         mean = float(values.mean()) if len(values) else 0.0
         std = float(values.std()) if len(values) > 1 else 1.0
-        stats[col] = {"mean": mean, "std": std if std and np.isfinite(std) and std > 1e-12 else 1.0}
-    vocab = {col: sorted(frame[col].drop_nulls().unique().to_list()) for col in categorical}
+        stats.append({"name": col, "mean": mean, "std": std if std and np.isfinite(std) and std > 1e-12 else 1.0})
+    vocab = [{"name": col, "vocabulary": sorted(frame[col].drop_nulls().unique().to_list())} for col in categorical]
     return {
         "version": STATE_VERSION,
         "task": task,
@@ -56,27 +57,28 @@ def transform(frame: pl.DataFrame, state: dict) -> Encoded:
     """Raw feature columns -> model inputs. Missing numerics become the training mean."""
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"feature state version {state.get('version')!r} is not {STATE_VERSION}")
-    numeric_cols, vocabs = list(state["numeric"]), state["categorical"]
-    missing = [c for c in [*numeric_cols, *vocabs] if c not in frame.columns]
+    numeric, categorical = state["numeric"], state["categorical"]
+    missing = [c["name"] for c in [*numeric, *categorical] if c["name"] not in frame.columns]
     if missing:
         raise ValueError(f"rows lack the feature columns {missing}")
     num = frame.select(
-        ((pl.col(c).cast(pl.Float64) - s["mean"]) / s["std"]).fill_null(0.0).fill_nan(0.0).alias(c)
-        for c, s in state["numeric"].items()
+        ((pl.col(s["name"]).cast(pl.Float64) - s["mean"]) / s["std"]).fill_null(0.0).fill_nan(0.0)
+        for s in numeric
     )
     cat = frame.select(
-        pl.col(c).cast(pl.String).replace_strict(v, list(range(1, len(v) + 1)), default=OOV, return_dtype=pl.Int64).alias(c)
-        for c, v in vocabs.items()
+        pl.col(c["name"]).cast(pl.String).replace_strict(
+            c["vocabulary"], list(range(1, len(c["vocabulary"]) + 1)), default=OOV, return_dtype=pl.Int64)
+        for c in categorical
     )
     target = state["target"]
     y = frame[target].cast(pl.Float32).to_numpy(writable=True) if target in frame.columns else None
     return Encoded(
-        numeric=num.to_numpy().astype(np.float32).reshape(frame.height, len(numeric_cols)),
-        categorical=cat.to_numpy().astype(np.int64).reshape(frame.height, len(vocabs)),
+        numeric=num.to_numpy().astype(np.float32).reshape(frame.height, len(numeric)),
+        categorical=cat.to_numpy().astype(np.int64).reshape(frame.height, len(categorical)),
         target=y,
     )
 
 
 def cardinalities(state: dict) -> list[int]:
     """Embedding table sizes: the vocabulary plus the out-of-vocabulary index."""
-    return [len(v) + 1 for v in state["categorical"].values()]
+    return [len(c["vocabulary"]) + 1 for c in state["categorical"]]

@@ -295,6 +295,18 @@ class LocalVersionStore:
             cid, parents, _tree, message, metadata, created = self._commit_row(db, repo, commit_id)
             return Commit(cid, repo, tuple(json.loads(parents)), message, json.loads(metadata), created)
 
+    def log(self, repo: str, ref: str = "main") -> list[Commit]:
+        """The commits reachable from ref, newest first (breadth-first over merge parents)."""
+        with self._tx() as db:
+            commit_id, _ = self._resolve(db, repo, ref)
+            rows = [self._commit_row(db, repo, cid) for cid in self._ancestors(db, repo, commit_id)]
+        return [Commit(r[0], repo, tuple(json.loads(r[1])), r[3], json.loads(r[4]), r[5]) for r in rows]
+
+    def list_branches(self, repo: str) -> dict[str, str]:
+        with self._tx() as db:
+            self._repo_row(db, repo)
+            return dict(db.execute("SELECT name, head FROM branches WHERE repo = ? ORDER BY name", (repo,)))
+
     def stat_object(self, repo: str, ref: str, path: str) -> ObjectInfo:
         check_object_path(path)
         with self._tx() as db:

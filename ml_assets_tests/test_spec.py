@@ -1,0 +1,78 @@
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from ml_assets.spec import SpecError, load_spec, load_specs, parse_spec
+from ml_assets_tests.conftest import BUNDLED_SPEC, write_spec
+
+
+def test_bundled_spec_loads_with_its_declared_parts():
+    spec = load_spec(BUNDLED_SPEC)
+    assert spec.name == "flights_delay"
+    assert spec.repository == "flights-delay"
+    assert spec.partitioning.start == dt.date(2013, 1, 1)
+    assert spec.partitioning.timezone == "America/New_York"
+    assert spec.target.task == "binary_classification"
+    assert spec.target.input_columns == ["dep_delay"]
+    assert set(spec.features.joined_columns) == {"temp", "wind_speed", "precip", "visib", "plane_year", "seats"}
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "problem"),
+    [
+        (lambda d: d["training"].update(epochs=0), "training.epochs", "greater than 0"),
+        (lambda d: d["training"].update(learning_rate="fast"), "training.learning_rate", "valid number"),
+        (lambda d: d["training"].update(colour="red"), "training.colour", "Extra inputs are not permitted"),
+        (lambda d: d.pop("target"), "target", "Field required"),
+        (lambda d: d["target"].update(task="ranking"), "target.task", "binary_classification"),
+        (lambda d: d["target"].update(expression="dep_delay >="), "target.expression", "does not parse"),
+        (lambda d: d["target"].update(expression="departure_delay >= 15"), "target.expression", "departure_delay"),
+        (lambda d: d["partitioning"].update(timezone="Mars/Olympus"), "partitioning.timezone", "unknown time zone"),
+        (lambda d: d["partitioning"].update(end="2012-01-01"), "partitioning", "before start"),
+        (lambda d: d["features"]["numeric"].append("wingspan"), "features.numeric", "wingspan"),
+        (lambda d: d["features"]["numeric"].append("dep_delay"), "features", "leaks the label"),
+        (lambda d: d["features"]["joins"][0].update(dimension="radar"), "features.joins[0].dimension", "radar"),
+        (lambda d: d["evaluation"].update(metrics=["rmse"]), "evaluation.metrics", "do not apply"),
+        (lambda d: d["schema"]["columns"]["distance"].update(dtype="decimal"), "schema.columns.distance.dtype", "int64"),
+        (lambda d: d["schema"]["columns"]["carrier"].update(min=3), "schema.columns.carrier", "numeric columns"),
+        (lambda d: d["source"].update(storage_options={"aws_secret_access_key": "x"}), "source", "look like secrets"),
+        (lambda d: d["source"]["rows"].update(path="/data/x.parquet"), "source.rows", "exactly one"),
+        (lambda d: d.update(name="Flights-Delay"), "name", "invalid"),
+    ],
+)
+def test_broken_spec_names_file_field_and_problem(tmp_path, spec_dict, change, field, problem):
+    change(spec_dict)
+    path = write_spec(tmp_path, spec_dict)
+    message = _error(path)
+    assert f"{path}: {field}" in message, message
+    assert problem in message, message
+
+
+def test_spec_name_must_match_file_name(tmp_path, spec_dict):
+    path = write_spec(tmp_path, spec_dict).rename(tmp_path / "other_model.yaml")
+    with pytest.raises(SpecError, match=r"other_model.yaml: name: 'flights_delay' must match the file name"):
+        load_spec(path)
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    with pytest.raises(SpecError, match=r"bad.yaml: line \d+, column \d+: not valid YAML"):
+        parse_spec("name: x\ntraining: [unclosed\n", tmp_path / "bad.yaml")
+
+
+def test_spec_that_is_not_a_mapping(tmp_path):
+    with pytest.raises(SpecError, match=r"expected a mapping of spec fields, got list"):
+        parse_spec("- a\n- b\n", tmp_path / "list.yaml")
+
+
+def test_models_directory_errors(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load_specs(tmp_path / "missing")
+    with pytest.raises(SpecError, match="no model specs"):
+        load_specs(tmp_path)
