@@ -1,5 +1,6 @@
 # ml_assets: `make demo` sets everything up and runs the main job; `make test` runs the tests.
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
@@ -13,6 +14,8 @@ export DO_NOT_TRACK := 1
 # so nothing resolves torch to a multi-GB CUDA build from the index.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off $(WHEELS)
+# This machine's pip config lists extra local indexes that may not exist; pip warns once per package.
+QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 MODEL ?= flights_delay
 DAY ?=
 
@@ -30,8 +33,8 @@ help:
 $(BIN)/.installed: pyproject.toml
 	@echo "==> creating $(VENV) and installing ml_assets (CPU torch 2.13.0)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) --quiet "torch==2.13.0"
-	$(PIP) --quiet -e ".[dev]"
+	$(PIP) --quiet "torch==2.13.0" 2>&1 | { $(QUIET_PIP); }
+	$(PIP) --quiet -e ".[dev]" 2>&1 | { $(QUIET_PIP); }
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'a CUDA build of torch was installed')"
 	touch $@
 

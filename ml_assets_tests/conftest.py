@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import os
+import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -40,6 +42,29 @@ def small_training(data: dict, window_days: int = 3, epochs: int = 2) -> dict:
     """The bundled model with a short window and few epochs: seconds instead of a minute."""
     data["training"].update({"window_days": window_days, "epochs": epochs, "batch_size": 128})
     return data
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3 API (moto's server) on loopback, with throwaway credentials in the environment."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture

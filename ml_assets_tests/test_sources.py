@@ -63,6 +63,31 @@ def test_files_source_without_date_filters_by_timestamp_column(tmp_path, spec_di
     assert read_day(spec, DAY).tables["rows"].height == local_date_count(DAY)
 
 
+def test_files_source_reads_s3_urls(tmp_path, spec_dict, s3_endpoint):
+    import boto3
+
+    local = flights_files(tmp_path, [DAY])
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket="flights-src")
+    for path in sorted(tmp_path.rglob("*.*")):
+        s3.upload_file(str(path), "flights-src", path.relative_to(tmp_path).as_posix())
+    source = {
+        "kind": "files",
+        "rows": {"path": "s3://flights-src/flights/{date}.parquet"},
+        "dimensions": {
+            "weather": {"path": "s3://flights-src/weather.parquet", "timestamp_column": "time_hour"},
+            "planes": {"path": "s3://flights-src/planes.csv", "format": "csv"},
+        },
+        "storage_options": {"endpoint_url": s3_endpoint},
+    }
+    from_s3 = read_day(_files_spec(spec_dict, source), DAY)
+    from_disk = read_day(_files_spec(spec_dict, local), DAY)
+    for name in ("rows", "weather", "planes"):
+        assert from_s3.tables[name].equals(from_disk.tables[name])
+    assert "s3://flights-src/flights/2013-03-10.parquet" in from_s3.source_files
+    assert sorted(from_s3.source_files.values()) == sorted(from_disk.source_files.values())
+
+
 def test_missing_day_file_is_a_clear_error(tmp_path, spec_dict):
     spec = _files_spec(spec_dict, flights_files(tmp_path, [DAY]))
     with pytest.raises(SourceError, match=r"source.rows: no parquet files match '.*2013-03-11.parquet'"):

@@ -336,7 +336,7 @@ def _three_way(base: Tree, src: Tree, dst: Tree) -> tuple[Tree, list[str]]:
     conflicts = []
     for path in sorted(set(base) | set(src) | set(dst)):
         b, s, d = base.get(path), src.get(path), dst.get(path)
-        if s == d or s == b:
+        if s in (d, b):  # source changed nothing, or made the same change as dest
             chosen = d
         elif d == b:
             chosen = s

@@ -3,7 +3,14 @@ import threading
 import pytest
 
 from ml_assets.names import InvalidName
-from ml_assets.versioning import LocalVersionStore, MergeConflict, NoChanges, NotFound, ProtectedBranch, VersionStoreError
+from ml_assets.versioning import (
+    LocalVersionStore,
+    MergeConflict,
+    NoChanges,
+    NotFound,
+    ProtectedBranch,
+    VersionStoreError,
+)
 
 REPO = "models-test"
 

@@ -2,7 +2,13 @@ import json
 
 import dagster as dg
 
-from ml_assets.defs.common import asset_key, code_version, daily_partitions, partition_day, upstream_metadata
+from ml_assets.defs.common import (
+    asset_key,
+    code_version,
+    daily_partitions,
+    partition_day,
+    upstream_metadata,
+)
 from ml_assets.resources import ArtifactStoreResource
 from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
 from ml_assets.trainer.config import DataRef

@@ -1,7 +1,6 @@
 import json
 import tempfile
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import dagster as dg

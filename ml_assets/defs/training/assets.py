@@ -4,7 +4,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from ml_assets.defs.common import asset_key, code_version, daily_partitions, partition_day, upstream_metadata
+from ml_assets.defs.common import (
+    asset_key,
+    code_version,
+    daily_partitions,
+    partition_day,
+    upstream_metadata,
+)
 from ml_assets.defs.training import window
 from ml_assets.features import state as feature_state
 from ml_assets.features.build import feature_columns
