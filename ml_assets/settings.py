@@ -7,6 +7,8 @@ Read from the environment when definitions are built (never at import time):
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the checkout, or in the working directory when the package is installed elsewhere).
 - ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``).
+- ``ML_ASSETS_DAGSTER_URL``: the Dagster UI's address, for run links in commit metadata and
+  MLflow tags (default ``http://127.0.0.1:3000``, where ``make dev`` serves it).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 import json
 import tempfile
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -22,13 +23,17 @@ from ml_assets.trainer.config import DataRef, TrainConfig
 def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
     features_key = asset_key(spec, "features")
     width = spec.training.window_days
+    with warnings.catch_warnings():  # allow_nonexistent_upstream_partitions is marked beta
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        window_mapping = dg.TimeWindowPartitionMapping(
+            start_offset=-width, end_offset=-1, allow_nonexistent_upstream_partitions=True
+        )
     version = code_version(spec, ("training", "features", "target"), "ml_assets.trainer.train", "ml_assets.trainer.model",
                            "ml_assets.trainer.config", "ml_assets.trainer.data", "ml_assets.features.state")
 
     @dg.asset(
         key=asset_key(spec, "trained_checkpoint"),
-        deps=[dg.AssetDep(features_key, partition_mapping=dg.TimeWindowPartitionMapping(
-            start_offset=-width, end_offset=-1, allow_nonexistent_upstream_partitions=True))],
+        deps=[dg.AssetDep(features_key, partition_mapping=window_mapping)],
         group_name=spec.name,
         partitions_def=daily_partitions(spec),
         kinds={"pytorch"},
