@@ -90,7 +90,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert len(client.search_model_versions("name='flights_delay'")) == 1
 
 
-def test_bad_rows_stop_at_the_snapshot_and_never_reach_main(home, tmp_path, spec_dict):
+def test_unchanged_day_is_idempotent_and_bad_rows_never_reach_main(home, tmp_path, spec_dict):
     good, bad = dt.date(2013, 5, 1), dt.date(2013, 5, 2)
     spec_dict["source"] = flights_files(tmp_path / "data", [good, bad])
     corrupt = tmp_path / "data" / "flights" / f"{bad}.parquet"
@@ -102,6 +102,14 @@ def test_bad_rows_stop_at_the_snapshot_and_never_reach_main(home, tmp_path, spec
     assert materialize(INGEST, good, models).returncode == 0
     store = LocalVersionStore(load_settings().version_store_root)
     main_before = store.branch_head("flights-delay", "main")
+    instance = dg.DagsterInstance.get()
+    snapshot_before = latest_metadata(instance, "validated_snapshot", good)["commit"]
+
+    # Re-materializing unchanged bytes commits nothing and reports the same data version.
+    again = materialize(INGEST, good, models)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert store.branch_head("flights-delay", "main") == main_before
+    assert latest_metadata(instance, "validated_snapshot", good)["commit"] == snapshot_before == main_before
 
     proc = materialize(INGEST, bad, models)
     assert proc.returncode != 0
@@ -110,7 +118,6 @@ def test_bad_rows_stop_at_the_snapshot_and_never_reach_main(home, tmp_path, spec
     assert "carrier" in output and "(4)" in output
 
     assert store.branch_head("flights-delay", "main") == main_before
-    instance = dg.DagsterInstance.get()
     assert latest_metadata(instance, "validated_snapshot", bad) is None
     assert latest_metadata(instance, "features", bad) is None
     kept = latest_metadata(instance, "raw_data", bad)["branch"]

@@ -249,13 +249,16 @@ class LocalVersionStore:
             head = self._head(db, repo, branch)
             base = self._load_tree(db, self._commit_row(db, repo, head)[2])
             tree = self._tree_at(db, repo, branch)
-            if tree == base:
-                db.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
-                raise NoChanges(f"nothing to commit on branch {branch!r} of repository {repo!r}")
-            commit = self._new_commit(db, repo, [head], tree, message, metadata)
-            db.execute("UPDATE branches SET head = ? WHERE repo = ? AND name = ?", (commit.id, repo, branch))
+            # Staged writes are consumed either way; identical bytes leave nothing to commit.
             db.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
-            return commit
+            if tree == base:
+                commit = None
+            else:
+                commit = self._new_commit(db, repo, [head], tree, message, metadata)
+                db.execute("UPDATE branches SET head = ? WHERE repo = ? AND name = ?", (commit.id, repo, branch))
+        if commit is None:  # raised after the transaction, so the cleared staging is kept
+            raise NoChanges(f"nothing to commit on branch {branch!r} of repository {repo!r}")
+        return commit
 
     def merge(
         self, repo: str, source: str, dest: str = "main", metadata: dict[str, str] | None = None

@@ -91,8 +91,10 @@ def test_commit_without_changes_is_refused(store):
     store.merge(REPO, "a")
     store.create_branch(REPO, "again")
     store.put_object(REPO, "again", "x", b"1")  # the same bytes main already holds
+    head = store.branch_head(REPO, "main")
     with pytest.raises(NoChanges):
         store.commit(REPO, "again", "m", {})
+    assert store.merge(REPO, "again") == head  # nothing staged is left behind to block the merge
 
 
 def test_merging_a_branch_that_adds_nothing_makes_no_commit(store):
