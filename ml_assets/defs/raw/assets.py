@@ -51,12 +51,13 @@ def build_raw_data(spec: ModelSpec) -> dg.AssetsDefinition:
             "partition": day.isoformat(), "model": spec.name, "code_version": package_code_version(),
             "source_files": json.dumps(batch.source_files, sort_keys=True),
         }
+        rows = batch.tables[sources.ROWS].height
         try:
             commit = store.commit(repo, branch, f"{spec.name} raw data for {day}", commit_meta).id
+            context.log.info(f"raw_data {day}: {rows} rows -> {repo}@{branch} commit {commit[:12]}")
         except NoChanges:  # the same bytes are already on main: nothing new to audit
             commit = store.branch_head(repo, branch)
-        rows = batch.tables[sources.ROWS].height
-        context.log.info(f"raw_data {day}: {rows} rows -> {repo}@{branch} commit {commit[:12]}")
+            context.log.info(f"raw_data {day}: {rows} rows, byte-identical to main {commit[:12]}: no new commit")
         return dg.MaterializeResult(
             metadata={
                 "repository": repo, "branch": branch, "commit": commit, "rows": rows,

@@ -96,9 +96,9 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             model_version = client.create_model_version(
                 spec.name, source=f"{client.get_run(run_id).info.artifact_uri}/model", run_id=run_id, tags=tags)
         else:
-            run_id = existing.run_id
-            model_version = existing
-            context.log.info(f"checkpoint {sha[:12]} is already version {existing.version}; not registering again")
+            run_id, model_version, tags = existing.run_id, existing, dict(existing.tags)
+            context.log.info(f"checkpoint {sha[:12]} is already version {existing.version} (same weights, "
+                             "byte for byte); not registering again")
         client.set_registered_model_alias(spec.name, CHALLENGER, model_version.version)
         context.log.info(f"registered_model {day}: {spec.name} version {model_version.version} (@{CHALLENGER})")
         return dg.MaterializeResult(
