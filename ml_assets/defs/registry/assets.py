@@ -34,6 +34,24 @@ def _ensure_registered_model(client: "MlflowClient", spec: ModelSpec) -> None:
         client.create_registered_model(spec.name, description=spec.description, tags={"owner": spec.owner})
 
 
+def move_challenger(client: "MlflowClient", name: str, version: str, partition: str) -> bool:
+    """Point @challenger at this version unless it already names a newer partition's model.
+
+    Re-running an old partition must not push a newer challenger aside.
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        current = client.get_model_version_by_alias(name, CHALLENGER)
+    except MlflowException:
+        current = None
+    newer = current is not None and current.tags.get("partition", "") > partition
+    if newer and str(current.version) != str(version):
+        return False
+    client.set_registered_model_alias(name, CHALLENGER, str(version))
+    return True
+
+
 def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
     keys = {stage: asset_key(spec, stage) for stage in ("validated_snapshot", "trained_checkpoint", "evaluation_report")}
     version = code_version(spec, ("name", "training", "evaluation"))
@@ -99,11 +117,13 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             run_id, model_version, tags = existing.run_id, existing, dict(existing.tags)
             context.log.info(f"checkpoint {sha[:12]} is already version {existing.version} (same weights, "
                              "byte for byte); not registering again")
-        client.set_registered_model_alias(spec.name, CHALLENGER, model_version.version)
-        context.log.info(f"registered_model {day}: {spec.name} version {model_version.version} (@{CHALLENGER})")
+        moved = move_challenger(client, spec.name, str(model_version.version), day)
+        context.log.info(f"registered_model {day}: {spec.name} version {model_version.version}"
+                         + (f" (@{CHALLENGER})" if moved else f"; @{CHALLENGER} stays on a newer partition's model"))
         return dg.MaterializeResult(
             metadata={
-                "model_name": spec.name, "model_version": str(model_version.version), "alias": CHALLENGER,
+                "model_name": spec.name, "model_version": str(model_version.version),
+                "alias": CHALLENGER if moved else dg.MetadataValue.null(),
                 "mlflow_run_id": run_id, "mlflow_run_url": dg.MetadataValue.url(tracking.run_url(experiment_id, run_id)),
                 "mlflow_model_url": dg.MetadataValue.url(tracking.model_url(spec.name, str(model_version.version))),
                 "tags": dg.MetadataValue.json(tags),
