@@ -94,9 +94,10 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     report = _latest(instance, asset_key(spec, "evaluation_report"), day)
     tags = registered["tags"]
     metrics = "  ".join(f"{m} {report[m]:.4f}" for m in spec.evaluation.metrics)
+    alias = f" (alias @{registered['alias']})" if registered.get("alias") else ""
     _say(f"done in {seconds:.0f} s")
     print(f"""
-    registered model   {registered['model_name']} version {registered['model_version']} (alias @{registered['alias']})
+    registered model   {registered['model_name']} version {registered['model_version']}{alias}
     learned from       main commit {tags['data_commit']} of repository {spec.repository}
                        (training days' commits are in the version's 'data_commits' tag)
     test metrics       {metrics}   on {day}: {report['test_rows']} held-out flights
