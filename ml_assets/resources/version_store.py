@@ -13,9 +13,11 @@ class VersionStoreResource(dg.ConfigurableResource, ABC):
 
 
 class LocalVersionStoreResource(VersionStoreResource):
-    """The embedded version store (no server) under a local directory."""
+    """The embedded version store (no server): refs in SQLite under ``root``, objects under
+    ``root/objects`` or ``objects_url`` (any fsspec URL, e.g. ``s3://bucket/prefix``)."""
 
     root: str
+    objects_url: str | None = None
 
     def get_store(self) -> LocalVersionStore:
-        return LocalVersionStore(self.root)
+        return LocalVersionStore(self.root, objects_url=self.objects_url)

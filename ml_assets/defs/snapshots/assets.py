@@ -17,7 +17,7 @@ from ml_assets.defs.raw.paths import object_paths
 from ml_assets.resources import VersionStoreResource
 from ml_assets.sources import ROWS
 from ml_assets.spec import ModelSpec
-from ml_assets.versioning import NotFound
+from ml_assets.versioning import NotFound, merge_with_retry
 
 SCHEMA_CHECK = "schema"
 
@@ -64,9 +64,10 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
             store.branch_head(repo, branch)
         except NotFound:  # the ingest branch was merged and deleted by an earlier run: re-create it at the commit
             store.create_branch(repo, branch, commit)
-        main_commit = store.merge(repo, branch, "main", metadata={
+        main_commit = merge_with_retry(store, repo, branch, "main", metadata={
             "dagster_run_id": context.run_id, "dagster_run_url": dagster_run_url(context.run_id),
-            "partition": day.isoformat(), "model": spec.name, "audited_commit": commit, "code_version": package_code_version(),
+            "partition": day.isoformat(), "model": spec.name, "audited_commit": commit,
+            "code_version": package_code_version(), "checks_passed": f"{SCHEMA_CHECK} ({report.rows} rows)",
         })
         store.delete_branch(repo, branch)
         context.log.info(f"validated_snapshot {day}: {report.rows} rows pass; main is now {main_commit[:12]}")
