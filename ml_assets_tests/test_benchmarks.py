@@ -1,4 +1,4 @@
-"""Every benchmark module runs with --quick and ends with one well-formed RESULT line."""
+"""Every benchmark module runs with --quick and ends with well-formed RESULT lines."""
 
 import re
 import subprocess
@@ -17,7 +17,8 @@ def test_benchmark_quick_run_ends_with_result_line(name):
     proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--quick"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    last = proc.stdout.strip().splitlines()[-1]
-    match = RESULT.match(last)
-    assert match, f"last line is not a RESULT line: {last!r}"
-    assert match["name"] == name
+    lines = proc.stdout.strip().splitlines()
+    assert RESULT.match(lines[-1]), f"the last line is not a RESULT line: {lines[-1]!r}"
+    results = [RESULT.match(line) for line in lines if line.startswith("RESULT ")]
+    assert all(results), f"malformed RESULT lines in {lines!r}"
+    assert all(m["name"].startswith(name) for m in results), "RESULT names start with the module's name"
