@@ -1,6 +1,8 @@
 """``ml-assets``: the project's command line.
 
     ml-assets demo [--model flights_delay] [--day 2013-03-15]   run the main job on embedded defaults
+    ml-assets lineage MODEL [--version N | --alias A | --partition D] [--json]
+                                                                walk a model back to its source bytes
     ml-assets paths                                             where the local home keeps everything
 """
 
@@ -111,6 +113,37 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
 """, flush=True)
 
 
+def lineage(model: str, version: str | None, alias: str | None, partition: str | None, as_json: bool) -> int:
+    """Exit 0 when every reachable hash matches, 1 on a mismatch, 2 when the model or version does not exist."""
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets import lineage as lin
+    from ml_assets.defs.raw.paths import object_paths
+    from ml_assets.names import InvalidName
+    from ml_assets.spec import SpecError, load_spec
+    from ml_assets.versioning import LocalVersionStore
+
+    settings = load_settings()
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
+    store = LocalVersionStore(settings.version_store_root)
+    try:
+        spec = load_spec(settings.models_dir / f"{model}.yaml")
+        paths_of = lambda day: list(object_paths(spec, dt.date.fromisoformat(day)).values())  # noqa: E731
+    except SpecError:  # the spec is gone or broken: list the day's objects from the store instead
+        paths_of = None
+    try:
+        result = lin.trace(client, store, model, version, alias, partition, paths_of)
+    except (lin.LineageError, InvalidName) as exc:
+        print(f"ml-assets lineage: {exc}", file=sys.stderr)
+        return 2
+    print(lin.as_json(result) if as_json else lin.render(result))
+    for check in result.mismatches:
+        print(f"MISMATCH: {check.what}: expected {check.expected}, found {check.actual} at {check.where}", file=sys.stderr)
+    return 1 if result.mismatches else 0
+
+
 def paths() -> int:
     settings = load_settings()
     for name in ("home", "dagster_home", "version_store_root", "artifacts_root", "checkpoints_root", "mlflow_dir"):
@@ -125,10 +158,19 @@ def main(argv: list[str] | None = None) -> None:
     run = sub.add_parser("demo", help="materialize the bundled model for a short window of days")
     run.add_argument("--model", default="flights_delay")
     run.add_argument("--day", help="the partition to train (default: the first day with a full window)")
+    trace = sub.add_parser("lineage", help="walk a registered model back to the bytes it learned from")
+    trace.add_argument("model")
+    which = trace.add_mutually_exclusive_group()
+    which.add_argument("--version", help="a model version number")
+    which.add_argument("--alias", help="a model alias, e.g. champion or challenger")
+    which.add_argument("--partition", help="the version trained for this day (YYYY-MM-DD)")
+    trace.add_argument("--json", action="store_true", help="print the chain and checks as JSON")
     sub.add_parser("paths", help="print where the local home keeps everything")
     args = parser.parse_args(argv)
     if args.command == "demo":
         sys.exit(demo(args.model, args.day))
+    if args.command == "lineage":
+        sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json))
     sys.exit(paths())
 
 

