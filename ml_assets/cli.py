@@ -113,6 +113,21 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
 """, flush=True)
 
 
+def version_store(settings: Settings):
+    """The store the definitions use (same settings), without loading Dagster."""
+    if settings.version_store == "lakefs":
+        from ml_assets.settings import LAKEFS_VARIABLES
+        from ml_assets.versioning.lakefs_backend import LakeFSVersionStore
+
+        missing = [name for name in LAKEFS_VARIABLES if not os.environ.get(name)]
+        if missing:
+            raise SystemExit(f"ml-assets: ML_ASSETS_VERSION_STORE=lakefs needs {', '.join(missing)}")
+        return LakeFSVersionStore(*(os.environ[name] for name in LAKEFS_VARIABLES))
+    from ml_assets.versioning import LocalVersionStore
+
+    return LocalVersionStore(settings.version_store_root)
+
+
 def lineage(model: str, version: str | None, alias: str | None, partition: str | None, as_json: bool) -> int:
     """Exit 0 when every reachable hash matches, 1 on a mismatch, 2 when the model or version does not exist."""
     from mlflow.tracking import MlflowClient
@@ -121,13 +136,12 @@ def lineage(model: str, version: str | None, alias: str | None, partition: str |
     from ml_assets.defs.raw.paths import object_paths
     from ml_assets.names import InvalidName
     from ml_assets.spec import SpecError, load_spec
-    from ml_assets.versioning import LocalVersionStore
 
     settings = load_settings()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
-    store = LocalVersionStore(settings.version_store_root)
+    store = version_store(settings)
     try:
         spec = load_spec(settings.models_dir / f"{model}.yaml")
         paths_of = lambda day: list(object_paths(spec, dt.date.fromisoformat(day)).values())  # noqa: E731

@@ -6,17 +6,28 @@ from ml_assets.defs import build_model_defs
 from ml_assets.resources import (
     ArtifactStoreResource,
     CheckpointStoreResource,
+    LakeFSVersionStoreResource,
     LocalVersionStoreResource,
     MlflowTrackingResource,
     TorchrunLauncher,
+    VersionStoreResource,
 )
-from ml_assets.settings import Settings, load_settings
+from ml_assets.settings import LAKEFS_VARIABLES, Settings, load_settings
 from ml_assets.spec import load_specs
+
+
+def version_store_resource(settings: Settings) -> VersionStoreResource:
+    if settings.version_store == "lakefs":
+        endpoint, key, secret, namespace = (dg.EnvVar(name) for name in LAKEFS_VARIABLES)
+        return LakeFSVersionStoreResource(
+            endpoint=endpoint, access_key_id=key, secret_access_key=secret, storage_namespace=namespace
+        )
+    return LocalVersionStoreResource(root=str(settings.version_store_root))
 
 
 def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
     return {
-        "version_store": LocalVersionStoreResource(root=str(settings.version_store_root)),
+        "version_store": version_store_resource(settings),
         "artifacts": ArtifactStoreResource(root=str(settings.artifacts_root)),
         "checkpoints": CheckpointStoreResource(root=str(settings.checkpoints_root)),
         "tracking": MlflowTrackingResource(

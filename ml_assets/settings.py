@@ -7,6 +7,9 @@ Read from the environment when definitions are built (never at import time):
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the checkout, or in the working directory when the package is installed elsewhere).
 - ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``).
+- ``ML_ASSETS_VERSION_STORE``: ``local`` (default, the embedded store under the home) or ``lakefs``
+  (then ``LAKEFS_ENDPOINT``, ``LAKEFS_ACCESS_KEY_ID``, ``LAKEFS_SECRET_ACCESS_KEY`` and
+  ``LAKEFS_STORAGE_NAMESPACE`` are read from the environment when a run needs them).
 - ``ML_ASSETS_DAGSTER_URL``: the Dagster UI's address, for run links in commit metadata and
   MLflow tags (default ``http://127.0.0.1:3000``, where ``make dev`` serves it).
 """
@@ -20,6 +23,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
 ENVIRONMENTS = ("local",)
+VERSION_STORES = ("local", "lakefs")
+LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
 
 def _default_home() -> Path:
@@ -33,6 +38,7 @@ class Settings:
     environment: str
     home: Path
     models_dir: Path
+    version_store: str = "local"
 
     @property
     def dagster_home(self) -> Path:
@@ -73,4 +79,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         )
     home = Path(env.get("ML_ASSETS_HOME") or _default_home()).expanduser().resolve()
     models_dir = Path(env.get("ML_ASSETS_MODELS_DIR") or BUNDLED_MODELS_DIR).expanduser().resolve()
-    return Settings(environment=environment, home=home, models_dir=models_dir)
+    version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
+    if version_store not in VERSION_STORES:
+        raise ValueError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
+    return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store)

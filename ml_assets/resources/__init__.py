@@ -3,11 +3,16 @@
 from ml_assets.resources.artifacts import ArtifactStoreResource, CheckpointStoreResource
 from ml_assets.resources.tracking import MlflowTrackingResource
 from ml_assets.resources.training import TorchrunLauncher
-from ml_assets.resources.version_store import LocalVersionStoreResource, VersionStoreResource
+from ml_assets.resources.version_store import (
+    LakeFSVersionStoreResource,
+    LocalVersionStoreResource,
+    VersionStoreResource,
+)
 
 __all__ = [
     "ArtifactStoreResource",
     "CheckpointStoreResource",
+    "LakeFSVersionStoreResource",
     "LocalVersionStoreResource",
     "MlflowTrackingResource",
     "TorchrunLauncher",

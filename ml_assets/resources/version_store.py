@@ -3,6 +3,7 @@ from abc import ABC, abstractmethod
 import dagster as dg
 
 from ml_assets.versioning import LocalVersionStore, VersionStore
+from ml_assets.versioning.lakefs_backend import LakeFSVersionStore
 
 
 class VersionStoreResource(dg.ConfigurableResource, ABC):
@@ -21,3 +22,16 @@ class LocalVersionStoreResource(VersionStoreResource):
 
     def get_store(self) -> LocalVersionStore:
         return LocalVersionStore(self.root, objects_url=self.objects_url)
+
+
+class LakeFSVersionStoreResource(VersionStoreResource):
+    """lakeFS through the official SDK. Set the keys from the environment (``dg.EnvVar``), never in code."""
+
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str
+    storage_namespace: str
+    """Prefix of each model repository's storage namespace, e.g. ``s3://bucket/lakefs``."""
+
+    def get_store(self) -> LakeFSVersionStore:
+        return LakeFSVersionStore(self.endpoint, self.access_key_id, self.secret_access_key, self.storage_namespace)

@@ -1,10 +1,16 @@
 """One behaviour for every VersionStore backend: this suite runs against each of them.
 
-Backends: the embedded store with objects on local disk, the embedded store with objects in S3
-(moto's S3 server on loopback), and (with the lakeFS backend) the lakeFS SDK.
+Backends: the embedded store with objects on local disk; the embedded store with objects in S3
+(moto's S3 server on loopback); the lakeFS backend through the real `lakefs` SDK over HTTP, against
+a server shaped like the lakeFS API (ml_assets_tests/lakefs_api.py: no lakeFS server can run on
+these machines); and the lakeFS backend against a real lakeFS when LAKEFS_ENDPOINT,
+LAKEFS_ACCESS_KEY_ID and LAKEFS_SECRET_ACCESS_KEY are set.
 """
 
+import contextlib
+import os
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,12 +25,26 @@ from ml_assets.versioning import (
     VersionStoreError,
 )
 from ml_assets.versioning import local as local_backend
+from ml_assets.versioning.lakefs_backend import LakeFSVersionStore
+from ml_assets_tests.lakefs_api import LakeFSLikeServer
 
 REPO = "models-test"
 
 
-@pytest.fixture(params=["local", "local-s3-objects"])
-def store(request, tmp_path) -> VersionStore:
+LAKEFS_ENV = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY")
+REAL_LAKEFS = all(os.environ.get(k) for k in LAKEFS_ENV)
+
+
+@pytest.fixture(params=[
+    "local",
+    "local-s3-objects",
+    "lakefs-sdk-over-http",
+    pytest.param("lakefs-real", marks=pytest.mark.skipif(not REAL_LAKEFS, reason="set " + ", ".join(LAKEFS_ENV))),
+])
+def store(request, tmp_path) -> Iterator[VersionStore]:
+    if request.param.startswith("lakefs"):
+        yield from _lakefs_store(request.param, tmp_path)
+        return
     if request.param == "local":
         backend = LocalVersionStore(tmp_path / "versions", range_size=8)
     else:
@@ -36,7 +56,26 @@ def store(request, tmp_path) -> VersionStore:
         backend = LocalVersionStore(tmp_path / "versions", objects_url=f"s3://{bucket}/objects",
                                     storage_options={"client_kwargs": {"endpoint_url": endpoint}}, range_size=8)
     backend.ensure_repository(REPO)
-    return backend
+    yield backend
+
+
+def _lakefs_store(kind: str, tmp_path) -> Iterator[VersionStore]:
+    if kind == "lakefs-real":
+        import lakefs
+
+        backend = LakeFSVersionStore(os.environ["LAKEFS_ENDPOINT"], os.environ["LAKEFS_ACCESS_KEY_ID"],
+                                     os.environ["LAKEFS_SECRET_ACCESS_KEY"],
+                                     os.environ.get("LAKEFS_STORAGE_NAMESPACE", "local://ml-assets-tests"))
+        # The suite owns this repository on the test server: start it afresh.
+        with contextlib.suppress(lakefs.exceptions.NotFoundException):
+            lakefs.Repository(REPO, client=backend.client).delete()
+        backend.ensure_repository(REPO)
+        yield backend
+        return
+    with LakeFSLikeServer(tmp_path / "lakefs-server") as server:
+        backend = LakeFSVersionStore(server.endpoint, "AKIAIOSFODNN7EXAMPLE", "test-secret", "local://ml-assets")
+        backend.ensure_repository(REPO)
+        yield backend
 
 
 def _commit_on_branch(store: VersionStore, branch: str, files: dict[str, bytes], source: str = "main") -> str:
@@ -136,6 +175,8 @@ def test_reads_by_commit_id_never_move(store):
 
 
 def test_fast_forward_on_request_moves_dest_to_the_source_commit(store):
+    if isinstance(store, LakeFSVersionStore):
+        pytest.skip("lakeFS always makes a merge commit; fast-forward is the embedded store's option")
     commit = _commit_on_branch(store, "a", {"x": b"1"})
     assert store.merge(REPO, "a", fast_forward=True) == commit
     _commit_on_branch(store, "b", {"y": b"2"}, source="main")
@@ -258,3 +299,15 @@ def test_many_objects_split_into_ranges_and_stay_addressable(store):
     assert {c.path for c in store.diff(REPO, first, "main")} == {
         "rows/00003", f"rows/{size + 5:05d}", f"rows/{n - 2:05d}", "rows/00010", "zzz/new"}
     assert len(store.list_objects(REPO, "main")) == n  # one deleted, one added
+
+
+def test_lakefs_server_refuses_other_clients_writing_to_main(store):
+    """ensure_repository adds a branch-protection rule, so the server itself refuses, not only us."""
+    if not isinstance(store, LakeFSVersionStore):
+        pytest.skip("lakeFS branch protection")
+    import lakefs
+
+    main = lakefs.Repository(REPO, client=store.client).branch("main")
+    with pytest.raises(lakefs.exceptions.ForbiddenException):
+        main.object("sneaky.txt").upload(b"unchecked", pre_sign=False)
+    assert store.list_objects(REPO, "main") == []
