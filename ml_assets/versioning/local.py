@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -44,7 +45,7 @@ from ml_assets.versioning.base import (
 )
 
 COMMIT_ID = re.compile(r"^[0-9a-f]{64}$")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Entries per range (a range grown past twice this splits). A commit of k changes in n objects
 # rewrites about k ranges and the metarange of n / RANGE_SIZE entries: 32 balances the two for
 # tens of thousands of objects.
@@ -52,13 +53,24 @@ RANGE_SIZE = 32
 Entry = tuple[str, int]  # (sha256, size)
 Row = tuple[str, str, int]  # (path, sha256, size)
 RangeRef = tuple[str, str, str, int]  # (range id, first path, last path, entries)
+# A commit's tree is a metarange plus an overlay of the paths changed since that metarange was
+# written (None: deleted). Commits and merges only add to the overlay; past OVERLAY_LIMIT entries
+# it is compacted into ranges. So a commit costs what it changes, not what the repository holds.
+OVERLAY_LIMIT = 4 * 32
+
+
+class Tree(NamedTuple):
+    meta_id: str
+    meta: list[RangeRef]
+    overlay: dict[str, Entry | None]
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS repos (name TEXT PRIMARY KEY, default_branch TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS ranges (id TEXT PRIMARY KEY, entries TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS metaranges (id TEXT PRIMARY KEY, ranges TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trees (id TEXT PRIMARY KEY, metarange TEXT NOT NULL, overlay TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS commits (
-  repo TEXT NOT NULL, id TEXT NOT NULL, parents TEXT NOT NULL, metarange TEXT NOT NULL,
+  repo TEXT NOT NULL, id TEXT NOT NULL, parents TEXT NOT NULL, tree TEXT NOT NULL,
   message TEXT NOT NULL, metadata TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (repo, id));
 CREATE TABLE IF NOT EXISTS branches (repo TEXT NOT NULL, name TEXT NOT NULL, head TEXT NOT NULL, PRIMARY KEY (repo, name));
 CREATE TABLE IF NOT EXISTS tags (repo TEXT NOT NULL, name TEXT NOT NULL, commit_id TEXT NOT NULL, PRIMARY KEY (repo, name));
@@ -88,9 +100,11 @@ def _chunks(rows: list[Row], size: int) -> Iterator[list[Row]]:
 
 class LocalVersionStore:
     def __init__(self, root: str | os.PathLike[str], objects_url: str | None = None,
-                 storage_options: dict | None = None, range_size: int = RANGE_SIZE) -> None:
+                 storage_options: dict | None = None, range_size: int = RANGE_SIZE,
+                 overlay_limit: int = OVERLAY_LIMIT) -> None:
         self.root = Path(root)
         self.range_size = range_size
+        self.overlay_limit = overlay_limit
         self.root.mkdir(parents=True, exist_ok=True)
         self.objects_url = objects_url or str(self.root / "objects")
         self._fs, self._objects = fsspec.core.url_to_fs(self.objects_url, **(storage_options or {}))
@@ -261,6 +275,63 @@ class LocalVersionStore:
         right = {p: (s, n) for m in b if m[0] not in ids_a for p, s, n in self._range(db, m[0])}
         return {p: (left.get(p), right.get(p)) for p in left.keys() | right.keys() if left.get(p) != right.get(p)}
 
+    # -- trees: a metarange and an overlay -------------------------------------------------------
+
+    def _tree(self, db: sqlite3.Connection, tree_id: str) -> Tree:
+        cached = self._cache.get(f"tree:{tree_id}")
+        if cached is None:
+            row = db.execute("SELECT metarange, overlay FROM trees WHERE id = ?", (tree_id,)).fetchone()
+            if row is None:
+                raise VersionStoreError(f"tree {tree_id} is missing from {self._db_path}")
+            overlay = {}
+            for line in filter(None, row[1].split("\n")):
+                path, sha, size = line.split("\t")
+                overlay[path] = None if sha == "-" else (sha, int(size))
+            cached = Tree(row[0], self._meta(db, row[0]), overlay)
+            self._cache[f"tree:{tree_id}"] = cached
+        return cached
+
+    def _save_tree(self, db: sqlite3.Connection, tree: Tree) -> str:
+        if len(tree.overlay) > self.overlay_limit:  # compact: fold the overlay into ranges
+            meta = self._apply(db, tree.meta, tree.overlay)
+            tree = Tree(self._save_meta(db, meta), meta, {})
+        body = "\n".join(f"{p}\t{e[0]}\t{e[1]}" if e else f"{p}\t-\t0" for p, e in sorted(tree.overlay.items()))
+        tree_id = _digest(f"{tree.meta_id}\n{body}".encode())
+        db.execute("INSERT OR IGNORE INTO trees (id, metarange, overlay) VALUES (?, ?, ?)", (tree_id, tree.meta_id, body))
+        self._cache[f"tree:{tree_id}"] = tree
+        return tree_id
+
+    def _t_lookup(self, db: sqlite3.Connection, tree: Tree, path: str, firsts: list[str] | None = None) -> Entry | None:
+        if path in tree.overlay:
+            return tree.overlay[path]
+        return self._lookup(db, tree.meta, path, firsts)
+
+    def _t_rows(self, db: sqlite3.Connection, tree: Tree, prefix: str = "") -> dict[str, Entry]:
+        entries = {p: (s, n) for p, s, n in self._rows(db, tree.meta, prefix) if p not in tree.overlay}
+        entries.update({p: e for p, e in tree.overlay.items() if e is not None and p.startswith(prefix)})
+        return entries
+
+    def _t_diff(self, db: sqlite3.Connection, a: Tree, b: Tree) -> dict[str, tuple[Entry | None, Entry | None]]:
+        candidates = set(self._diff(db, a.meta, b.meta) if a.meta_id != b.meta_id else ())
+        candidates |= a.overlay.keys() | b.overlay.keys()
+        fa, fb = [m[1] for m in a.meta], [m[1] for m in b.meta]
+        out = {}
+        for path in candidates:
+            old, new = self._t_lookup(db, a, path, fa), self._t_lookup(db, b, path, fb)
+            if old != new:
+                out[path] = (old, new)
+        return out
+
+    def _t_apply(self, db: sqlite3.Connection, tree: Tree, changes: dict[str, Entry | None]) -> Tree:
+        overlay = dict(tree.overlay)
+        firsts = [m[1] for m in tree.meta]
+        for path, entry in changes.items():
+            if entry == self._lookup(db, tree.meta, path, firsts):
+                overlay.pop(path, None)  # back to what the metarange holds
+            else:
+                overlay[path] = entry
+        return Tree(tree.meta_id, tree.meta, overlay)
+
     # -- refs -----------------------------------------------------------------------------------
 
     @staticmethod
@@ -282,7 +353,7 @@ class LocalVersionStore:
     @staticmethod
     def _commit_row(db: sqlite3.Connection, repo: str, commit_id: str) -> tuple:
         row = db.execute(
-            "SELECT id, parents, metarange, message, metadata, created_at FROM commits WHERE repo = ? AND id = ?",
+            "SELECT id, parents, tree, message, metadata, created_at FROM commits WHERE repo = ? AND id = ?",
             (repo, commit_id),
         ).fetchone()
         if row is None:
@@ -308,8 +379,8 @@ class LocalVersionStore:
             return row[0], None
         raise NotFound(f"ref {ref!r} (branch, tag or commit id) does not exist in repository {repo!r}")
 
-    def _commit_meta(self, db: sqlite3.Connection, repo: str, commit_id: str) -> list[RangeRef]:
-        return self._meta(db, self._commit_row(db, repo, commit_id)[2])
+    def _commit_tree(self, db: sqlite3.Connection, repo: str, commit_id: str) -> Tree:
+        return self._tree(db, self._commit_row(db, repo, commit_id)[2])
 
     def _staged(self, db: sqlite3.Connection, repo: str, branch: str) -> dict[str, Entry | None]:
         return {
@@ -325,19 +396,19 @@ class LocalVersionStore:
             ).fetchone()
             if row is not None:
                 return (row[0], row[1]) if row[0] is not None else None
-        return self._lookup(db, self._commit_meta(db, repo, commit_id), path)
+        return self._t_lookup(db, self._commit_tree(db, repo, commit_id), path)
 
-    def _new_commit(self, db: sqlite3.Connection, repo: str, parents: list[str], meta: list[RangeRef],
+    def _new_commit(self, db: sqlite3.Connection, repo: str, parents: list[str], tree: Tree,
                     message: str, metadata: dict[str, str]) -> Commit:
         bad = {k: v for k, v in metadata.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise VersionStoreError(f"commit metadata must map strings to strings; got {bad!r}")
-        meta_id = self._save_meta(db, meta)
+        tree_id = self._save_tree(db, tree)
         created = _now()
-        commit_id = _digest(json.dumps([repo, parents, meta_id, message, sorted(metadata.items()), created]).encode())
+        commit_id = _digest(json.dumps([repo, parents, tree_id, message, sorted(metadata.items()), created]).encode())
         db.execute(
-            "INSERT INTO commits (repo, id, parents, metarange, message, metadata, created_at) VALUES (?,?,?,?,?,?,?)",
-            (repo, commit_id, json.dumps(parents), meta_id, message, json.dumps(metadata), created),
+            "INSERT INTO commits (repo, id, parents, tree, message, metadata, created_at) VALUES (?,?,?,?,?,?,?)",
+            (repo, commit_id, json.dumps(parents), tree_id, message, json.dumps(metadata), created),
         )
         return Commit(commit_id, repo, tuple(parents), message, dict(metadata), created)
 
@@ -361,15 +432,15 @@ class LocalVersionStore:
         return self._head(db, repo, branch)
 
     def _three_way(self, db: sqlite3.Connection, repo: str, base: str, src: str, dst: str,
-                   what: str, dest: str) -> list[RangeRef] | None:
+                   what: str, dest: str) -> Tree | None:
         """dst's tree plus src's changes since base; None when src adds nothing; conflicts raise."""
-        base_meta, src_meta, dst_meta = (self._commit_meta(db, repo, c) for c in (base, src, dst))
-        ours, theirs = self._diff(db, base_meta, dst_meta), self._diff(db, base_meta, src_meta)
+        base_tree, src_tree, dst_tree = (self._commit_tree(db, repo, c) for c in (base, src, dst))
+        ours, theirs = self._t_diff(db, base_tree, dst_tree), self._t_diff(db, base_tree, src_tree)
         conflicts = sorted(p for p, (_, new) in theirs.items() if p in ours and ours[p][1] != new)
         if conflicts:
             raise MergeConflict(repo, what, dest, conflicts)
         changes = {p: new for p, (_, new) in theirs.items() if p not in ours}
-        return self._apply(db, dst_meta, changes) if changes else None
+        return self._t_apply(db, dst_tree, changes) if changes else None
 
     # -- the VersionStore interface ---------------------------------------------------------------
 
@@ -380,7 +451,7 @@ class LocalVersionStore:
             if db.execute("SELECT 1 FROM repos WHERE name = ?", (repo,)).fetchone():
                 return
             db.execute("INSERT INTO repos VALUES (?, ?, ?)", (repo, default_branch, _now()))
-            root = self._new_commit(db, repo, [], [], "Repository created", {})
+            root = self._new_commit(db, repo, [], Tree(self._save_meta(db, []), [], {}), "Repository created", {})
             db.execute("INSERT INTO branches VALUES (?, ?, ?)", (repo, default_branch, root.id))
 
     def create_branch(self, repo: str, branch: str, source_ref: str = "main") -> str:
@@ -443,14 +514,14 @@ class LocalVersionStore:
     def commit(self, repo: str, branch: str, message: str, metadata: dict[str, str]) -> Commit:
         with self._tx() as db:
             head = self._writable(db, repo, branch)
-            meta = self._commit_meta(db, repo, head)
-            firsts = [m[1] for m in meta]
-            changes = {p: e for p, e in self._staged(db, repo, branch).items() if self._lookup(db, meta, p, firsts) != e}
+            tree = self._commit_tree(db, repo, head)
+            firsts = [m[1] for m in tree.meta]
+            changes = {p: e for p, e in self._staged(db, repo, branch).items() if self._t_lookup(db, tree, p, firsts) != e}
             # Staged writes are consumed either way; identical bytes leave nothing to commit.
             db.execute("DELETE FROM staging WHERE repo = ? AND branch = ?", (repo, branch))
             commit = None
             if changes:
-                commit = self._new_commit(db, repo, [head], self._apply(db, meta, changes), message, metadata)
+                commit = self._new_commit(db, repo, [head], self._t_apply(db, tree, changes), message, metadata)
                 db.execute("UPDATE branches SET head = ? WHERE repo = ? AND name = ?", (commit.id, repo, branch))
         if commit is None:  # raised after the transaction, so the cleared staging is kept
             raise NoChanges(f"nothing to commit on branch {branch!r} of repository {repo!r}")
@@ -545,7 +616,7 @@ class LocalVersionStore:
         with self._tx() as db:
             left, _ = self._resolve(db, repo, left_ref)
             right, _ = self._resolve(db, repo, right_ref)
-            changes = self._diff(db, self._commit_meta(db, repo, left), self._commit_meta(db, repo, right))
+            changes = self._t_diff(db, self._commit_tree(db, repo, left), self._commit_tree(db, repo, right))
         out = []
         for path in sorted(p for p in changes if p.startswith(prefix)):
             old, new = changes[path]
@@ -568,7 +639,7 @@ class LocalVersionStore:
     def list_objects(self, repo: str, ref: str, prefix: str = "") -> list[ObjectInfo]:
         with self._tx() as db:
             commit_id, branch = self._resolve(db, repo, ref)
-            entries = {p: (s, n) for p, s, n in self._rows(db, self._commit_meta(db, repo, commit_id), prefix)}
+            entries = self._t_rows(db, self._commit_tree(db, repo, commit_id), prefix)
             if branch is not None:
                 for path, entry in self._staged(db, repo, branch).items():
                     if not path.startswith(prefix):
@@ -590,6 +661,8 @@ class LocalVersionStore:
             referenced = {line.split("\t")[1] for (body,) in db.execute("SELECT entries FROM ranges")
                           for line in body.split("\n") if line}
             referenced |= {s for (s,) in db.execute("SELECT sha256 FROM staging WHERE sha256 IS NOT NULL")}
+            referenced |= {line.split("\t")[1] for (body,) in db.execute("SELECT overlay FROM trees")
+                           for line in body.split("\n") if line and line.split("\t")[1] != "-"}
         for sha in sorted(referenced):
             try:
                 if check_bytes:

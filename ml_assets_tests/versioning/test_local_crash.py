@@ -42,12 +42,12 @@ CHILD = textwrap.dedent('''
         if phase == "merge":
             store.put_object("crash-test", "work", "rows/new", b"new rows")
             store.commit("crash-test", "work", "new rows", {})
-        original = local.LocalVersionStore._save_meta
-        def save_then_stop(self, db, meta):
-            result = original(self, db, meta)  # inside the open transaction
+        original = local.LocalVersionStore._save_tree
+        def save_then_stop(self, db, tree):
+            result = original(self, db, tree)  # inside the open transaction
             stop_here()
             return result
-        local.LocalVersionStore._save_meta = save_then_stop
+        local.LocalVersionStore._save_tree = save_then_stop
         if phase == "commit":
             store.put_object("crash-test", "work", "rows/new", b"new rows")
             store.commit("crash-test", "work", "new rows", {})
