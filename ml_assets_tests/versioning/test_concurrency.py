@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from ml_assets.settings import load_settings
-from ml_assets.versioning import LocalVersionStore
+from ml_assets.versioning import LocalVersionStore, StoreBusy, merge_with_retry
 from ml_assets_tests.conftest import cli_env, write_spec
 
 WRITER = textwrap.dedent('''
@@ -65,3 +65,29 @@ def test_eight_dagster_partition_runs_at_once_all_publish(home, tmp_path, spec_d
     published = {c.metadata.get("partition") for c in store.log("flights-delay", "main") if len(c.parents) == 2}
     assert published == {day.isoformat() for day in days}
     assert set(store.list_branches("flights-delay")) == {"main"}
+
+
+class _BusyFirst:
+    """A real store whose first merges find it busy, as when another writer holds the lock."""
+
+    def __init__(self, store: LocalVersionStore, busy_times: int) -> None:
+        self.store, self.busy_times, self.attempts = store, busy_times, 0
+
+    def merge(self, *args, **kwargs):
+        self.attempts += 1
+        if self.attempts <= self.busy_times:
+            raise StoreBusy("locked by another writer")
+        return self.store.merge(*args, **kwargs)
+
+
+def test_a_busy_merge_is_retried_not_lost(tmp_path):
+    store = LocalVersionStore(tmp_path)
+    store.ensure_repository("retry-test")
+    store.create_branch("retry-test", "b")
+    store.put_object("retry-test", "b", "x", b"1")
+    store.commit("retry-test", "b", "m", {})
+    flaky = _BusyFirst(store, busy_times=2)
+    head = merge_with_retry(flaky, "retry-test", "b", "main", first_wait=0.01)
+    assert flaky.attempts == 3 and store.get_object("retry-test", head, "x") == b"1"
+    with pytest.raises(StoreBusy):
+        merge_with_retry(_BusyFirst(store, busy_times=10), "retry-test", "b", "main", attempts=3, first_wait=0.01)

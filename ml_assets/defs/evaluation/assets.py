@@ -59,11 +59,13 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
         return dg.MaterializeResult(
             metadata={
                 **{name: dg.MetadataValue.float(v) for name, v in values.items()},
-                "test_rows": len(y), "test_day": day, "test_data_commit": test["data_commit"],
+                "test_rows": len(y), "test_day": day, "repository": spec.repository,
+                "test_data_commit": test["data_commit"], "test_features_uri": dg.MetadataValue.path(str(test["uri"])),
+                "test_features_sha256": test["sha256"], "test_features_bytes": test["bytes"],
                 "positive_rate": report["positive_rate"] if report["positive_rate"] is not None else dg.MetadataValue.null(),
                 "checkpoint_sha256": ckpt["checkpoint_sha256"],
                 "meets_thresholds": dg.MetadataValue.json(floors),
-                "report_uri": dg.MetadataValue.path(ref.uri), "report_sha256": ref.sha256,
+                "report_uri": dg.MetadataValue.path(ref.uri), "report_sha256": ref.sha256, "report_bytes": ref.size,
                 "summary": dg.MetadataValue.md(summary),
             },
         )

@@ -13,14 +13,16 @@ from ml_assets.defs.common import (
     partition_day,
 )
 from ml_assets.defs.raw import paths
-from ml_assets.names import sanitize_branch_part
+from ml_assets.names import check_branch_name, sanitize_branch_part
 from ml_assets.resources import VersionStoreResource
 from ml_assets.spec import ModelSpec
 from ml_assets.versioning import NoChanges
 
 
-def ingest_branch(day: str, run_id: str) -> str:
-    return f"ingest-{sanitize_branch_part(day)}-{sanitize_branch_part(run_id)[:8]}"
+def ingest_branch(model: str, day: str, run_id: str) -> str:
+    """``ingest-<model>-<day>-<run>``: unique per run, readable, and a valid lakeFS branch id."""
+    parts = (sanitize_branch_part(model), sanitize_branch_part(day), sanitize_branch_part(run_id)[:8])
+    return check_branch_name("ingest-" + "-".join(parts))
 
 
 def build_raw_data(spec: ModelSpec) -> dg.AssetsDefinition:
@@ -39,7 +41,7 @@ def build_raw_data(spec: ModelSpec) -> dg.AssetsDefinition:
         batch = sources.read_day(spec, day)
         store, repo = version_store.get_store(), spec.repository
         store.ensure_repository(repo)
-        branch = ingest_branch(day.isoformat(), context.run_id)
+        branch = ingest_branch(spec.name, day.isoformat(), context.run_id)
         store.create_branch(repo, branch, "main")
         objects = []
         for name, path in paths.object_paths(spec, day).items():

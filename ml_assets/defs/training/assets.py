@@ -78,6 +78,7 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             data_version=reported.data_version,
             metadata={
                 **(reported.metadata or {}),
+                "repository": spec.repository,
                 "train_days": f"{win.train_days[0]}..{win.train_days[-1]}", "val_day": win.val_day.isoformat(),
                 "data_commits": dg.MetadataValue.json({d.isoformat(): m["data_commit"] for d, m in records.items()}),
                 "feature_files": dg.MetadataValue.json([r.__dict__ for r in refs.values()]),
