@@ -39,6 +39,8 @@ class _Strict(BaseModel):
 class ColumnSchema(_Strict):
     dtype: DType
     nullable: bool = False
+    max_null_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="with nullable: the largest share of nulls a day may have")
     min: float | None = None
     max: float | None = None
     allowed: list[str] | None = None
@@ -52,12 +54,38 @@ class ColumnSchema(_Strict):
             raise ValueError(f"min/max apply to numeric columns, not {self.dtype}")
         if self.allowed is not None and self.dtype != "string":
             raise ValueError("allowed values apply to string columns")
+        if self.max_null_fraction is not None and not self.nullable:
+            raise ValueError("max_null_fraction applies to nullable columns (a non-nullable one allows none)")
         return self
 
 
 class DataSchema(_Strict):
     columns: dict[str, ColumnSchema] = Field(min_length=1)
     strict: bool = True
+    keys: list[str] = Field(default=[], description="columns that together identify a row: no duplicates")
+
+    @model_validator(mode="after")
+    def _keys_known(self) -> DataSchema:
+        unknown = [k for k in self.keys if k not in self.columns]
+        if unknown:
+            raise ValueError(f"keys {unknown} are not declared columns")
+        return self
+
+
+class VolumeSpec(_Strict):
+    tolerance: float = Field(default=0.2, gt=0, lt=1, description="allowed relative deviation from the expected rows")
+    weeks: int = Field(default=4, ge=1, le=52, description="same weekday over this many past weeks makes the expectation")
+    min_history: int = Field(default=2, ge=1, description="fewer past days than this: the check passes, saying so")
+
+
+class FreshnessSpec(_Strict):
+    max_outside_fraction: float = Field(default=0.01, ge=0, le=1,
+                                        description="share of rows dated outside the partition's day that is tolerated")
+
+
+class ValidationSpec(_Strict):
+    volume: VolumeSpec = VolumeSpec()
+    freshness: FreshnessSpec = FreshnessSpec()
 
 
 class TableSource(_Strict):
@@ -203,6 +231,7 @@ class ModelSpec(_Strict):
     partitioning: PartitioningSpec
     target: TargetSpec
     features: FeaturesSpec
+    validation: ValidationSpec = ValidationSpec()
     training: TrainingSpec = TrainingSpec()
     evaluation: EvaluationSpec
     promotion: PromotionSpec

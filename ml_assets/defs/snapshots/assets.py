@@ -7,24 +7,24 @@ from ml_assets.defs.common import (
     code_version,
     dagster_run_url,
     daily_partitions,
-    markdown_table,
     package_code_version,
     partition_day,
     read_parquet,
     upstream_metadata,
 )
 from ml_assets.defs.raw.paths import object_paths
+from ml_assets.defs.snapshots.metadata import check_metadata
 from ml_assets.resources import VersionStoreResource
 from ml_assets.sources import ROWS
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.run import CHECK_DESCRIPTIONS, CHECKS
 from ml_assets.versioning import NotFound, merge_with_retry
-
-SCHEMA_CHECK = "schema"
 
 
 def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     key, raw_key = asset_key(spec, "validated_snapshot"), asset_key(spec, "raw_data")
-    version = code_version(spec, ("schema",), "ml_assets.defs.snapshots.schema")
+    version = code_version(spec, ("schema", "validation", "partitioning"), "ml_assets.validation.schema",
+                           "ml_assets.validation.checks", "ml_assets.validation.run")
 
     @dg.asset(
         key=key,
@@ -33,32 +33,33 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         partitions_def=daily_partitions(spec),
         kinds={"pandera", "polars"},
         code_version=version,
-        check_specs=[dg.AssetCheckSpec(SCHEMA_CHECK, asset=key, blocking=True,
-                                       description="pandera schema from the spec: columns, dtypes, nulls, ranges, categories")],
-        description=(f"The day's {spec.name} rows after the schema check passed, merged into main "
+        check_specs=[dg.AssetCheckSpec(name, asset=key, blocking=True, description=CHECK_DESCRIPTIONS[name])
+                     for name in CHECKS],
+        description=(f"The day's {spec.name} rows after every blocking check passed, merged into main "
                      "(write-audit-publish). Its data version is the main commit id."),
     )
     def validated_snapshot(context: dg.AssetExecutionContext, version_store: VersionStoreResource) -> Iterator:
+        from ml_assets.validation.run import (  # pandera, scipy
+            failure_message,
+            run_checks,
+            volume_history,
+        )
+
         day = partition_day(context)
         raw = upstream_metadata(context, raw_key, day.isoformat())
         store, repo, branch, commit = version_store.get_store(), raw["repository"], raw["branch"], raw["commit"]
         rows = read_parquet(store.get_object(repo, commit, object_paths(spec, day)[ROWS]))
-        from ml_assets.defs.snapshots import schema  # pandera: imported when a check runs
-
-        report = schema.validate_frame(spec.data_schema, rows)
-        where = f"model {spec.name}, partition {day}"
-        check_meta = {
-            "rows": report.rows, "failures": report.failures, "failures_by_check": dg.MetadataValue.json(report.by_check),
-            "audited_commit": commit, "branch": branch,
-        }
-        if not report.passed:
-            check_meta["failure_sample"] = dg.MetadataValue.md(markdown_table(report.sample))
-        yield dg.AssetCheckResult(check_name=SCHEMA_CHECK, passed=report.passed, metadata=check_meta,
-                                  description=report.summary(where))
-        if not report.passed:
+        history = volume_history(store, repo, day, spec.validation.volume.weeks, lambda d: object_paths(spec, d)[ROWS])
+        outcomes = run_checks(spec, rows, day, history)
+        for outcome in outcomes:  # every result is recorded before anything is published
+            yield dg.AssetCheckResult(check_name=outcome.name, passed=outcome.passed, description=outcome.summary,
+                                      metadata=check_metadata(outcome, repo, branch, commit))
+        failed = [o for o in outcomes if not o.passed]
+        if failed:
             raise dg.Failure(
-                description=f"{report.summary(where)}. Nothing reached main; branch {branch!r} of {repo!r} is kept for inspection.",
-                metadata=check_meta,
+                description=f"{failure_message(spec, day, failed)}. Nothing reached main; branch {branch!r} of "
+                            f"{repo!r} is kept for inspection.",
+                metadata={"branch": branch, "audited_commit": commit, "failed_checks": [o.name for o in failed]},
             )
         try:
             store.branch_head(repo, branch)
@@ -67,13 +68,14 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         main_commit = merge_with_retry(store, repo, branch, "main", metadata={
             "dagster_run_id": context.run_id, "dagster_run_url": dagster_run_url(context.run_id),
             "partition": day.isoformat(), "model": spec.name, "audited_commit": commit,
-            "code_version": package_code_version(), "checks_passed": f"{SCHEMA_CHECK} ({report.rows} rows)",
+            "code_version": package_code_version(),
+            "checks_passed": f"{', '.join(CHECKS)} ({rows.height} rows)",
         })
         store.delete_branch(repo, branch)
-        context.log.info(f"validated_snapshot {day}: {report.rows} rows pass; main is now {main_commit[:12]}")
+        context.log.info(f"validated_snapshot {day}: {rows.height} rows pass {len(CHECKS)} checks; main is now {main_commit[:12]}")
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(main_commit),
-            metadata={"repository": repo, "commit": main_commit, "audited_commit": commit, "rows": report.rows,
+            metadata={"repository": repo, "commit": main_commit, "audited_commit": commit, "rows": rows.height,
                       "objects": dg.MetadataValue.json(raw["objects"])},
         )
 

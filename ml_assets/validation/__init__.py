@@ -1,0 +1,1 @@
+"""Data validation in plain polars, pandera and scipy: no dagster. The snapshot asset runs these."""

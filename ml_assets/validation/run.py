@@ -1,0 +1,49 @@
+"""Run every check of a day's rows; the snapshot asset reports each and publishes only if all pass."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+
+import polars as pl
+
+from ml_assets.spec import ModelSpec
+from ml_assets.validation.checks import freshness_check, same_weekdays, volume_check
+from ml_assets.validation.outcome import CheckOutcome
+from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
+from ml_assets.versioning import NotFound, VersionStore
+
+CHECK_DESCRIPTIONS = {
+    SCHEMA: "columns and dtypes as the spec declares them (strict column set)",
+    NULLS: "no nulls in non-nullable columns; nullable columns within their allowed null fraction",
+    RANGES: "numeric ranges and allowed categories",
+    KEYS: "no two rows share the spec's key columns",
+    "volume": "row count within tolerance of the same weekday over recent weeks on main",
+    "freshness": "rows timestamped outside the partition's day, within a tolerance",
+}
+CHECKS = tuple(CHECK_DESCRIPTIONS)
+
+
+def volume_history(store: VersionStore, repo: str, day: dt.date, weeks: int, rows_path) -> dict[dt.date, int]:
+    """Row counts of the same weekday in past weeks, as published on main."""
+    counts = {}
+    for past in same_weekdays(day, weeks):
+        try:
+            data = store.get_object(repo, "main", rows_path(past))
+        except NotFound:
+            continue
+        counts[past] = pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item()
+    return counts
+
+
+def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int]) -> list[CheckOutcome]:
+    outcomes = schema_checks(spec.data_schema, rows)
+    outcomes["volume"] = volume_check(rows.height, history, spec.validation.volume)
+    part = spec.partitioning
+    outcomes["freshness"] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
+    return [outcomes[name] for name in CHECKS]
+
+
+def failure_message(spec: ModelSpec, day: dt.date, failed: list[CheckOutcome]) -> str:
+    parts = "; ".join(f"check {o.name}: {o.summary}" for o in failed)
+    return f"model {spec.name}, partition {day}: {len(failed)} blocking check(s) failed: {parts}"

@@ -1,0 +1,120 @@
+"""The pandera (polars backend) schema a spec declares, run once and split into named checks.
+
+Validation runs on the collected DataFrame: on a LazyFrame pandera checks only columns and dtypes.
+"""
+
+from __future__ import annotations
+
+import pandera.polars as pa
+import polars as pl
+
+from ml_assets.spec import DataSchema
+from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
+
+DTYPES: dict[str, type[pl.DataType]] = {
+    "int64": pl.Int64, "float64": pl.Float64, "string": pl.String, "bool": pl.Boolean, "datetime": pl.Datetime,
+}
+SCHEMA, NULLS, RANGES, KEYS = "schema", "nulls", "ranges_and_categories", "duplicate_keys"
+
+
+def build_schema(schema: DataSchema) -> pa.DataFrameSchema:
+    columns = {}
+    for name, col in schema.columns.items():
+        checks = []
+        if col.min is not None:
+            checks.append(pa.Check.ge(col.min))
+        if col.max is not None:
+            checks.append(pa.Check.le(col.max))
+        if col.allowed is not None:
+            checks.append(pa.Check.isin(col.allowed))
+        columns[name] = pa.Column(DTYPES[col.dtype], checks=checks, nullable=col.nullable)
+    return pa.DataFrameSchema(columns, strict=schema.strict, unique=schema.keys or None)
+
+
+def _kind(check: str) -> str:
+    if check in ("column_in_schema", "column_in_dataframe") or check.startswith("dtype("):
+        return SCHEMA
+    if check == "not_nullable":
+        return NULLS
+    if "uniqueness" in check or check == "field_uniqueness":
+        return KEYS
+    return RANGES
+
+
+def _describe(column: str | None, check: str, count: int) -> str:
+    rows = f"{count} row{'s' if count != 1 else ''}"
+    if check == "column_in_dataframe":
+        return f"column {column!r} is missing"
+    if check == "column_in_schema":
+        return f"column {column!r} is not in the schema"
+    if check.startswith("dtype("):
+        return f"column {column!r} is not {check[6:-1].strip(chr(39))}"
+    if check == "not_nullable":
+        return f"{column}: {rows} null (not allowed)"
+    if "uniqueness" in check:
+        return f"{rows} share a key with another row"
+    if check.startswith("greater_than_or_equal_to("):
+        return f"{column}: {rows} below {check[25:-1]}"
+    if check.startswith("less_than_or_equal_to("):
+        return f"{column}: {rows} above {check[22:-1]}"
+    if check.startswith("isin("):
+        return f"{column}: {rows} outside the allowed categories"
+    return f"{column}: {rows} fail {check}"
+
+
+def schema_checks(schema: DataSchema, frame: pl.DataFrame) -> dict[str, CheckOutcome]:
+    """The schema (columns, dtypes), nulls, ranges and categories, and duplicate keys checks."""
+    cases = pl.DataFrame(schema={"column": pl.String, "check": pl.String, "failure_case": pl.String, "index": pl.Int64})
+    try:
+        build_schema(schema).validate(frame, lazy=True)
+    except pa.errors.SchemaErrors as exc:
+        cases = exc.failure_cases.select(
+            pl.col("column").cast(pl.String), pl.col("check").cast(pl.String),
+            pl.col("failure_case").cast(pl.String), pl.col("index").cast(pl.Int64))
+    kind = pl.col("check").map_elements(_kind, return_dtype=pl.String)
+    cases = cases.with_columns(
+        kind.alias("kind"),
+        # Column-set failures name the column in failure_case, not in column.
+        pl.when(pl.col("check").is_in(["column_in_schema", "column_in_dataframe"]))
+        .then(pl.col("failure_case")).otherwise(pl.col("column")).alias("column"),
+    )
+    outcomes = {}
+    for kind in (SCHEMA, NULLS, RANGES, KEYS):
+        mine = cases.filter(pl.col("kind") == kind)
+        grouped = mine.group_by("column", "check", maintain_order=True).len()
+        counts = {f"{c or '(table)'}: {k}": n for c, k, n in grouped.iter_rows()}
+        problems = [_describe(c, k, n) for c, k, n in grouped.iter_rows()]
+        if kind == NULLS:
+            problems += _null_fraction_problems(schema, frame, counts)
+        failing = _failing_rows(frame, mine) if kind != SCHEMA else None
+        outcomes[kind] = CheckOutcome(
+            name=kind, passed=not problems,
+            summary="; ".join(problems) if problems else f"all {frame.height} rows pass",
+            counts=counts, observed={"rows": frame.height, "failures": sum(counts.values())},
+            expected={"failures": 0}, failing_rows=failing,
+        )
+    return outcomes
+
+
+def _null_fraction_problems(schema: DataSchema, frame: pl.DataFrame, counts: dict[str, int]) -> list[str]:
+    problems = []
+    for name, col in schema.columns.items():
+        if col.max_null_fraction is None or name not in frame.columns or frame.height == 0:
+            continue
+        nulls = frame[name].null_count()
+        if nulls / frame.height > col.max_null_fraction:
+            counts[f"{name}: null_fraction"] = nulls
+            problems.append(f"{name}: {nulls / frame.height:.1%} null ({nulls} of {frame.height} rows), "
+                            f"more than the allowed {col.max_null_fraction:.0%}")
+    return problems
+
+
+def _failing_rows(frame: pl.DataFrame, cases: pl.DataFrame) -> pl.DataFrame | None:
+    rows = cases.drop_nulls("index").group_by("index", maintain_order=True).agg(
+        pl.concat_str(pl.col("column").fill_null("(key)"), pl.lit(": "), pl.col("check")).str.join("; ").alias("failed"))
+    if rows.height == 0:
+        return None
+    picked = rows.head(MAX_FAILING_ROWS)
+    indexed = frame.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64))
+    return picked.join(indexed, left_on="index", right_on="row", how="left").drop("index")
+

@@ -1,0 +1,77 @@
+import datetime as dt
+
+import polars as pl
+import pytest
+
+from ml_assets.sources import read_day
+from ml_assets.spec import load_spec
+from ml_assets.validation.outcome import MAX_FAILING_ROWS
+from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
+from ml_assets_tests.conftest import BUNDLED_SPEC
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(BUNDLED_SPEC)
+
+
+@pytest.fixture(scope="module")
+def day_rows(spec) -> pl.DataFrame:
+    return read_day(spec, dt.date(2013, 6, 1)).tables["rows"]
+
+
+def failed(outcomes) -> set[str]:
+    return {name for name, o in outcomes.items() if not o.passed}
+
+
+def test_real_day_passes_every_schema_check(spec, day_rows):
+    outcomes = schema_checks(spec.data_schema, day_rows)
+    assert failed(outcomes) == set()
+    assert outcomes[SCHEMA].summary == f"all {day_rows.height} rows pass"
+
+
+def test_bad_values_fail_only_their_own_checks_with_counts(spec, day_rows):
+    bad = day_rows.with_row_index("i").with_columns(
+        pl.when(pl.col("i") < 3).then(pl.lit("ZZ")).otherwise(pl.col("carrier")).alias("carrier"),
+        pl.when(pl.col("i") == 7).then(99).otherwise(pl.col("hour")).alias("hour"),
+    ).drop("i")
+    outcomes = schema_checks(spec.data_schema, bad)
+    assert failed(outcomes) == {RANGES}
+    ranges = outcomes[RANGES]
+    assert "carrier: 3 rows outside the allowed categories" in ranges.summary
+    assert "hour: 1 row above 23.0" in ranges.summary
+    assert sum(ranges.counts.values()) == 4
+    assert ranges.failing_rows.height == 4 and "failed" in ranges.failing_rows.columns
+
+
+def test_null_in_required_column_and_null_fraction(spec, day_rows):
+    bad = day_rows.with_columns(pl.lit(None, pl.Int64).alias("dep_time"),
+                                pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("distance")).alias("distance"))
+    outcomes = schema_checks(spec.data_schema, bad)
+    assert failed(outcomes) == {NULLS}
+    summary = outcomes[NULLS].summary
+    assert "distance: 1 row null (not allowed)" in summary
+    assert f"dep_time: 100.0% null ({bad.height} of {bad.height} rows), more than the allowed 50%" in summary
+
+
+def test_duplicate_keys(spec, day_rows):
+    bad = pl.concat([day_rows, day_rows.head(2)])
+    outcomes = schema_checks(spec.data_schema, bad)
+    assert failed(outcomes) == {KEYS}
+    assert "4 rows share a key with another row" in outcomes[KEYS].summary
+
+
+def test_wrong_dtype_missing_and_extra_columns_are_schema_failures(spec, day_rows):
+    bad = day_rows.with_columns(pl.col("distance").cast(pl.Float64), pl.lit(1).alias("extra")).drop("minute")
+    outcomes = schema_checks(spec.data_schema, bad)
+    assert SCHEMA in failed(outcomes)
+    summary = outcomes[SCHEMA].summary
+    assert "column 'distance' is not Int64" in summary
+    assert "column 'extra' is not in the schema" in summary
+    assert "column 'minute' is missing" in summary
+
+
+def test_failing_rows_are_bounded(spec, day_rows):
+    outcomes = schema_checks(spec.data_schema, day_rows.with_columns(pl.lit("ZZ").alias("carrier")))
+    assert outcomes[RANGES].counts["carrier: isin(['9E', 'AA', 'AS', 'B6', 'DL', 'EV', 'F9', 'FL', 'HA', 'MQ', 'OO', 'UA', 'US', 'VX', 'WN', 'YV'])"] == day_rows.height
+    assert outcomes[RANGES].failing_rows.height == MAX_FAILING_ROWS
