@@ -83,9 +83,26 @@ class FreshnessSpec(_Strict):
                                         description="share of rows dated outside the partition's day that is tolerated")
 
 
+class ColumnDrift(_Strict):
+    psi: float | None = Field(default=None, gt=0)
+    ks: float | None = Field(default=None, gt=0, le=1)
+    wasserstein: float | None = Field(default=None, gt=0)
+
+
+class DriftSpec(_Strict):
+    reference_days: int = Field(default=14, ge=1, le=366, description="validated days before the partition on main")
+    min_reference_days: int = Field(default=7, ge=1, description="fewer: drift is not judged, and the check says so")
+    psi: float = Field(default=0.25, gt=0, description="population stability index limit for categoricals")
+    ks: float = Field(default=0.2, gt=0, le=1, description="two-sample Kolmogorov-Smirnov statistic limit")
+    wasserstein: float = Field(default=0.5, gt=0, description="Wasserstein distance limit, in reference standard deviations")
+    label_rate_z: float = Field(default=6.0, gt=0, description="label-rate change limit, in robust standard deviations (1.4826 x MAD) of the reference days' rates")
+    columns: dict[str, ColumnDrift] = Field(default={}, description="per-column limits overriding the defaults")
+
+
 class ValidationSpec(_Strict):
     volume: VolumeSpec = VolumeSpec()
     freshness: FreshnessSpec = FreshnessSpec()
+    drift: DriftSpec = DriftSpec()
 
 
 class TableSource(_Strict):

@@ -36,7 +36,7 @@ def test_bundled_model_becomes_a_daily_partitioned_group():
         assert partitions.get_last_partition_key() == "2013-12-31"
     assert graph.get(dg.AssetKey(["flights_delay", "trained_checkpoint"])).kinds == {"pytorch"}
     checks = {c.name for c in graph.get(dg.AssetKey(["flights_delay", "validated_snapshot"])).check_keys}
-    assert checks == {"schema", "nulls", "ranges_and_categories", "duplicate_keys", "volume", "freshness"}
+    assert checks == {"schema", "nulls", "ranges_and_categories", "duplicate_keys", "volume", "freshness", "drift"}
     schedule = defs.resolve_schedule_def("flights_delay_daily_schedule")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert defs.resolve_job_def("flights_delay_daily").partitions_def is not None

@@ -9,6 +9,7 @@ import polars as pl
 
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.checks import freshness_check, same_weekdays, volume_check
+from ml_assets.validation.drift import DAY, drift_check
 from ml_assets.validation.outcome import CheckOutcome
 from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
 from ml_assets.versioning import NotFound, VersionStore
@@ -20,6 +21,7 @@ CHECK_DESCRIPTIONS = {
     KEYS: "no two rows share the spec's key columns",
     "volume": "row count within tolerance of the same weekday over recent weeks on main",
     "freshness": "rows timestamped outside the partition's day, within a tolerance",
+    "drift": "distributions against recent validated days on main: PSI, KS, Wasserstein, label rate",
 }
 CHECKS = tuple(CHECK_DESCRIPTIONS)
 
@@ -36,11 +38,26 @@ def volume_history(store: VersionStore, repo: str, day: dt.date, weeks: int, row
     return counts
 
 
-def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int]) -> list[CheckOutcome]:
+def reference_rows(store: VersionStore, repo: str, day: dt.date, days: int, rows_path) -> pl.DataFrame:
+    """The rows of the validated days before ``day`` on main, with their day in ``__day``."""
+    frames = []
+    for back in range(1, days + 1):
+        past = day - dt.timedelta(days=back)
+        try:
+            data = store.get_object(repo, "main", rows_path(past))
+        except NotFound:
+            continue
+        frames.append(pl.read_parquet(io.BytesIO(data)).with_columns(pl.lit(past).alias(DAY)))
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
+               reference: pl.DataFrame | None = None) -> list[CheckOutcome]:
     outcomes = schema_checks(spec.data_schema, rows)
     outcomes["volume"] = volume_check(rows.height, history, spec.validation.volume)
     part = spec.partitioning
     outcomes["freshness"] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
+    outcomes["drift"] = drift_check(spec, rows, reference if reference is not None else pl.DataFrame())
     return [outcomes[name] for name in CHECKS]
 
 

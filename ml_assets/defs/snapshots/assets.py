@@ -24,7 +24,7 @@ from ml_assets.versioning import NotFound, merge_with_retry
 def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     key, raw_key = asset_key(spec, "validated_snapshot"), asset_key(spec, "raw_data")
     version = code_version(spec, ("schema", "validation", "partitioning"), "ml_assets.validation.schema",
-                           "ml_assets.validation.checks", "ml_assets.validation.run")
+                           "ml_assets.validation.checks", "ml_assets.validation.drift", "ml_assets.validation.run")
 
     @dg.asset(
         key=key,
@@ -39,8 +39,9 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
                      "(write-audit-publish). Its data version is the main commit id."),
     )
     def validated_snapshot(context: dg.AssetExecutionContext, version_store: VersionStoreResource) -> Iterator:
-        from ml_assets.validation.run import (  # pandera, scipy
+        from ml_assets.validation.run import (  # pandera, scipy: imported when the checks run
             failure_message,
+            reference_rows,
             run_checks,
             volume_history,
         )
@@ -49,8 +50,10 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         raw = upstream_metadata(context, raw_key, day.isoformat())
         store, repo, branch, commit = version_store.get_store(), raw["repository"], raw["branch"], raw["commit"]
         rows = read_parquet(store.get_object(repo, commit, object_paths(spec, day)[ROWS]))
-        history = volume_history(store, repo, day, spec.validation.volume.weeks, lambda d: object_paths(spec, d)[ROWS])
-        outcomes = run_checks(spec, rows, day, history)
+        rows_path = lambda d: object_paths(spec, d)[ROWS]  # noqa: E731
+        history = volume_history(store, repo, day, spec.validation.volume.weeks, rows_path)
+        reference = reference_rows(store, repo, day, spec.validation.drift.reference_days, rows_path)
+        outcomes = run_checks(spec, rows, day, history, reference)
         for outcome in outcomes:  # every result is recorded before anything is published
             yield dg.AssetCheckResult(check_name=outcome.name, passed=outcome.passed, description=outcome.summary,
                                       metadata=check_metadata(outcome, repo, branch, commit))
