@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import zoneinfo
 from pathlib import Path
 from typing import Annotated, Literal
@@ -99,10 +100,29 @@ class DriftSpec(_Strict):
     columns: dict[str, ColumnDrift] = Field(default={}, description="per-column limits overriding the defaults")
 
 
+class QuarantineSpec(_Strict):
+    max_fraction: float = Field(gt=0, lt=1, description="the partition passes while quarantined rows stay at or under this share")
+
+
+CUSTOM_CHECK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
 class ValidationSpec(_Strict):
     volume: VolumeSpec = VolumeSpec()
     freshness: FreshnessSpec = FreshnessSpec()
     drift: DriftSpec = DriftSpec()
+    quarantine: QuarantineSpec | None = Field(
+        default=None, description="write rows failing row-level checks aside instead of failing the day")
+    custom_checks: list[str] = Field(
+        default=[], description="'module:function' taking the day's rows, returning a boolean per row (True: ok) or one bool")
+
+    @field_validator("custom_checks")
+    @classmethod
+    def _importable_names(cls, value: list[str]) -> list[str]:
+        bad = [v for v in value if not CUSTOM_CHECK.match(v)]
+        if bad:
+            raise ValueError(f"{bad} are not 'package.module:function'")
+        return value
 
 
 class TableSource(_Strict):

@@ -186,3 +186,29 @@ def test_lakefs_backend_end_to_end_through_the_sdk(home, tmp_path, spec_dict):
         (day - dt.timedelta(days=n)).isoformat() for n in (3, 2, 1, 0)]
     assert any(r.endswith("/merge/main") for r in requests) and any("/objects" in r for r in requests)
     assert not (load_settings().version_store_root / "refs.db").exists()  # nothing went to the embedded store
+
+
+def test_quarantine_publishes_clean_rows_and_keeps_the_bad_ones_aside(home, tmp_path, spec_dict):
+    day = dt.date(2013, 5, 2)
+    spec_dict["source"] = flights_files(tmp_path / "data", [day])
+    spec_dict["validation"]["quarantine"] = {"max_fraction": 0.01}
+    spec_dict["validation"]["custom_checks"] = ["ml_assets_tests.validation.example_checks:no_long_taxi"]
+    path = tmp_path / "data" / "flights" / f"{day}.parquet"
+    i = pl.int_range(pl.len())
+    original = pl.read_parquet(path)
+    original.with_columns(pl.when(i < 4).then(pl.lit("ZZ")).otherwise(pl.col("carrier")).alias("carrier"),
+                          pl.when(i == 10).then(2000).otherwise(pl.col("air_time")).alias("air_time")).write_parquet(path)
+    models = tmp_path / "models"
+    write_spec(models, spec_dict)
+    proc = materialize(INGEST, day, models)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    store = LocalVersionStore(load_settings().version_store_root)
+    published = pl.read_parquet(store.get_object("flights-delay", "main", f"rows/date={day}/part-0.parquet"))
+    aside = pl.read_parquet(store.get_object("flights-delay", "main", f"quarantine/date={day}/part-0.parquet"))
+    assert published.height == original.height - 5 and aside.height == 5
+    assert set(aside["source_row"].to_list()) == {0, 1, 2, 3, 10}
+    assert "ZZ" not in published["carrier"].to_list()
+    merge = store.log("flights-delay", "main")[0]
+    assert "5 quarantined" in merge.metadata["checks_passed"] and "custom_no_long_taxi" in merge.metadata["checks_passed"]
+    instance = dg.DagsterInstance.get()
+    assert latest_metadata(instance, "features", day)["rows"] < published.height + 1

@@ -23,6 +23,8 @@ class CheckOutcome:
     expected: dict[str, Any] = field(default_factory=dict)
     failing_rows: pl.DataFrame | None = None
     """Up to MAX_FAILING_ROWS of the rows that failed, with a column saying why."""
+    row_indices: set[int] = field(default_factory=set)
+    """Every failing row's index, when the failure is row-level (it could be quarantined)."""
 
     def markdown(self) -> str:
         lines = [f"**{self.name}: {'passed' if self.passed else 'FAILED'}**: {self.summary}"]

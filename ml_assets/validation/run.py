@@ -9,6 +9,7 @@ import polars as pl
 
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.checks import freshness_check, same_weekdays, volume_check
+from ml_assets.validation.custom import check_name, run_custom
 from ml_assets.validation.drift import DAY, drift_check
 from ml_assets.validation.outcome import CheckOutcome
 from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
@@ -24,6 +25,15 @@ CHECK_DESCRIPTIONS = {
     "drift": "distributions against recent validated days on main: PSI, KS, Wasserstein, label rate",
 }
 CHECKS = tuple(CHECK_DESCRIPTIONS)
+ROW_LEVEL = (NULLS, RANGES, KEYS)
+
+
+def check_names(spec: ModelSpec) -> list[str]:
+    return [*CHECKS, *(check_name(t) for t in spec.validation.custom_checks)]
+
+
+def descriptions(spec: ModelSpec) -> dict[str, str]:
+    return {**CHECK_DESCRIPTIONS, **{check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
 
 
 def volume_history(store: VersionStore, repo: str, day: dt.date, weeks: int, rows_path) -> dict[dt.date, int]:
@@ -58,7 +68,23 @@ def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[
     part = spec.partitioning
     outcomes["freshness"] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
     outcomes["drift"] = drift_check(spec, rows, reference if reference is not None else pl.DataFrame())
-    return [outcomes[name] for name in CHECKS]
+    for target in spec.validation.custom_checks:
+        outcomes[check_name(target)] = run_custom(target, rows)
+    return [outcomes[name] for name in check_names(spec)]
+
+
+def quarantinable(spec: ModelSpec, outcomes: list[CheckOutcome], rows: int) -> set[int] | None:
+    """Rows to quarantine, when quarantine is on, every failure is row-level and few enough."""
+    if spec.validation.quarantine is None:
+        return None
+    failed = [o for o in outcomes if not o.passed]
+    row_level = set(ROW_LEVEL) | {check_name(t) for t in spec.validation.custom_checks}
+    if not failed or any(o.name not in row_level or not o.row_indices for o in failed):
+        return None
+    if any(o.name == NULLS and any(k.endswith("null_fraction") for k in o.counts) for o in failed):
+        return None  # too many nulls is a property of the day, not of rows
+    bad = set().union(*(o.row_indices for o in failed))
+    return bad if len(bad) / max(rows, 1) <= spec.validation.quarantine.max_fraction else None
 
 
 def failure_message(spec: ModelSpec, day: dt.date, failed: list[CheckOutcome]) -> str:

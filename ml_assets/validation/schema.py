@@ -87,11 +87,12 @@ def schema_checks(schema: DataSchema, frame: pl.DataFrame) -> dict[str, CheckOut
         if kind == NULLS:
             problems += _null_fraction_problems(schema, frame, counts)
         failing = _failing_rows(frame, mine) if kind != SCHEMA else None
+        indices = set(mine["index"].drop_nulls().to_list()) if kind != SCHEMA else set()
         outcomes[kind] = CheckOutcome(
             name=kind, passed=not problems,
             summary="; ".join(problems) if problems else f"all {frame.height} rows pass",
             counts=counts, observed={"rows": frame.height, "failures": sum(counts.values())},
-            expected={"failures": 0}, failing_rows=failing,
+            expected={"failures": 0}, failing_rows=failing, row_indices=indices,
         )
     return outcomes
 

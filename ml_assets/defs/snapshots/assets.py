@@ -17,12 +17,16 @@ from ml_assets.defs.snapshots.metadata import check_metadata
 from ml_assets.resources import VersionStoreResource
 from ml_assets.sources import ROWS
 from ml_assets.spec import ModelSpec
-from ml_assets.validation.run import CHECK_DESCRIPTIONS, CHECKS
+from ml_assets.validation.custom import load_check
+from ml_assets.validation.run import check_names, descriptions
 from ml_assets.versioning import NotFound, merge_with_retry
 
 
 def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     key, raw_key = asset_key(spec, "validated_snapshot"), asset_key(spec, "raw_data")
+    for target in spec.validation.custom_checks:
+        load_check(target)  # an unloadable custom check fails definitions loading, not a run
+    names, about = check_names(spec), descriptions(spec)
     version = code_version(spec, ("schema", "validation", "partitioning"), "ml_assets.validation.schema",
                            "ml_assets.validation.checks", "ml_assets.validation.drift", "ml_assets.validation.run")
 
@@ -33,14 +37,14 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         partitions_def=daily_partitions(spec),
         kinds={"pandera", "polars"},
         code_version=version,
-        check_specs=[dg.AssetCheckSpec(name, asset=key, blocking=True, description=CHECK_DESCRIPTIONS[name])
-                     for name in CHECKS],
+        check_specs=[dg.AssetCheckSpec(name, asset=key, blocking=True, description=about[name]) for name in names],
         description=(f"The day's {spec.name} rows after every blocking check passed, merged into main "
                      "(write-audit-publish). Its data version is the main commit id."),
     )
     def validated_snapshot(context: dg.AssetExecutionContext, version_store: VersionStoreResource) -> Iterator:
         from ml_assets.validation.run import (  # pandera, scipy: imported when the checks run
             failure_message,
+            quarantinable,
             reference_rows,
             run_checks,
             volume_history,
@@ -54,9 +58,20 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         history = volume_history(store, repo, day, spec.validation.volume.weeks, rows_path)
         reference = reference_rows(store, repo, day, spec.validation.drift.reference_days, rows_path)
         outcomes = run_checks(spec, rows, day, history, reference)
+        try:
+            store.branch_head(repo, branch)
+        except NotFound:  # the ingest branch was merged and deleted by an earlier run: re-create it at the commit
+            store.create_branch(repo, branch, commit)
+        quarantined = quarantinable(spec, outcomes, rows.height)
+        if quarantined:
+            rows, commit = _quarantine(store, repo, branch, spec, day, rows, quarantined, context.run_id)
+            context.log.warning(f"validated_snapshot {day}: {len(quarantined)} rows quarantined on {branch}")
+            outcomes = run_checks(spec, rows, day, history, reference)  # re-check exactly what will be published
         for outcome in outcomes:  # every result is recorded before anything is published
+            metadata = check_metadata(outcome, repo, branch, commit)
+            metadata["quarantined_rows"] = len(quarantined or ())
             yield dg.AssetCheckResult(check_name=outcome.name, passed=outcome.passed, description=outcome.summary,
-                                      metadata=check_metadata(outcome, repo, branch, commit))
+                                      metadata=metadata)
         failed = [o for o in outcomes if not o.passed]
         if failed:
             raise dg.Failure(
@@ -64,18 +79,15 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
                             f"{repo!r} is kept for inspection.",
                 metadata={"branch": branch, "audited_commit": commit, "failed_checks": [o.name for o in failed]},
             )
-        try:
-            store.branch_head(repo, branch)
-        except NotFound:  # the ingest branch was merged and deleted by an earlier run: re-create it at the commit
-            store.create_branch(repo, branch, commit)
         main_commit = merge_with_retry(store, repo, branch, "main", metadata={
             "dagster_run_id": context.run_id, "dagster_run_url": dagster_run_url(context.run_id),
             "partition": day.isoformat(), "model": spec.name, "audited_commit": commit,
             "code_version": package_code_version(),
-            "checks_passed": f"{', '.join(CHECKS)} ({rows.height} rows)",
+            "checks_passed": f"{', '.join(names)} ({rows.height} rows"
+                             + (f", {len(quarantined)} quarantined)" if quarantined else ")"),
         })
         store.delete_branch(repo, branch)
-        context.log.info(f"validated_snapshot {day}: {rows.height} rows pass {len(CHECKS)} checks; main is now {main_commit[:12]}")
+        context.log.info(f"validated_snapshot {day}: {rows.height} rows pass {len(names)} checks; main is now {main_commit[:12]}")
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(main_commit),
             metadata={"repository": repo, "commit": main_commit, "audited_commit": commit, "rows": rows.height,
@@ -83,3 +95,23 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         )
 
     return validated_snapshot
+
+
+def _quarantine(store, repo: str, branch: str, spec: ModelSpec, day, rows, bad: set[int], run_id: str):
+    """Move the failing rows aside on the run's branch; the day's rows object keeps the clean ones."""
+    import polars as pl
+
+    from ml_assets.defs.common import parquet_bytes
+
+    indexed = rows.with_row_index("__row")
+    clean = indexed.filter(~pl.col("__row").is_in(sorted(bad))).drop("__row")
+    aside = indexed.filter(pl.col("__row").is_in(sorted(bad))).rename({"__row": "source_row"})
+    store.put_object(repo, branch, object_paths(spec, day)[ROWS], parquet_bytes(clean))
+    store.put_object(repo, branch, quarantine_path(day), parquet_bytes(aside))
+    commit = store.commit(repo, branch, f"{spec.name} {day}: quarantine {len(bad)} rows", {
+        "dagster_run_id": run_id, "partition": day.isoformat(), "quarantined_rows": str(len(bad))}).id
+    return clean, commit
+
+
+def quarantine_path(day) -> str:
+    return f"quarantine/date={day.isoformat()}/part-0.parquet"
