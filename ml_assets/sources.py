@@ -101,7 +101,7 @@ def _read_files(table: TableSource, day: dt.date, options: dict[str, str], where
             raw = fh.read()
         url = path if protocol == "file" else f"{protocol}://{path}"
         hashes[url] = hashlib.sha256(raw).hexdigest()
-        try:
+        try:  # a truncated or non-UTF-8 file fails here, naming the file
             if table.format == "parquet":
                 frames.append(pl.read_parquet(raw))
             else:

@@ -96,7 +96,7 @@ class DriftSpec(_Strict):
     psi: float = Field(default=0.25, gt=0, description="population stability index limit for categoricals")
     ks: float = Field(default=0.2, gt=0, le=1, description="two-sample Kolmogorov-Smirnov statistic limit")
     wasserstein: float = Field(default=0.5, gt=0, description="Wasserstein distance limit, in reference standard deviations")
-    label_rate_z: float = Field(default=6.0, gt=0, description="label-rate change limit, in robust standard deviations (1.4826 x MAD) of the reference days' rates")
+    label_rate_z: float = Field(default=4.0, gt=0, description="label-rate change limit, in robust standard deviations (1.4826 x MAD) of the reference days' rates")
     columns: dict[str, ColumnDrift] = Field(default={}, description="per-column limits overriding the defaults")
 
 

@@ -106,3 +106,30 @@ def test_day_without_rows_reads_as_empty(spec_dict):
     """Ingest versions an empty day; the snapshot's volume check is what refuses it."""
     spec = ModelSpec.model_validate(spec_dict)
     assert read_day(spec, dt.date(2014, 1, 1)).tables["rows"].height == 0
+
+
+
+def _csv_source(tmp_path, spec_dict, damage) -> ModelSpec:
+    source = flights_files(tmp_path, [DAY])
+    csv = tmp_path / "flights" / f"{DAY}.csv"
+    pl.read_parquet(tmp_path / "flights" / f"{DAY}.parquet").write_csv(csv)
+    csv.write_bytes(damage(csv.read_bytes()))
+    source["rows"] = {"path": str(tmp_path / "flights" / "{date}.csv"), "format": "csv"}
+    return _files_spec(spec_dict, source)
+
+
+def test_non_utf8_csv_is_a_clear_error_naming_the_file(tmp_path, spec_dict):
+    spec = _csv_source(tmp_path, spec_dict, lambda raw: raw.replace(b"IAH", b"I\xffH", 1))
+    with pytest.raises(SourceError, match=rf"cannot read .*{DAY}.csv as csv: invalid utf-8"):
+        read_day(spec, DAY)
+
+
+def test_truncated_csv_row_is_caught_by_the_nulls_check(tmp_path, spec_dict):
+    """A CSV cut mid-row reads with the cut row's missing fields as nulls: the nulls check names them."""
+    from ml_assets.validation.schema import NULLS, schema_checks
+
+    spec = _csv_source(tmp_path, spec_dict, lambda raw: raw[: len(raw) // 3].rsplit(b"\n", 1)[0] + b"\n2013,3,10,5")
+    rows = read_day(spec, DAY).tables["rows"]
+    outcomes = schema_checks(spec.data_schema, rows)
+    assert not outcomes[NULLS].passed
+    assert "sched_dep_time: 1 row null (not allowed)" in outcomes[NULLS].summary

@@ -56,15 +56,17 @@ def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame) ->
         value = getattr(override, measure) if override else None
         return value if value is not None else getattr(cfg, measure)
 
+    # A column whose dtype differs from the reference is the schema check's to report.
+    comparable = {c for c in rows.columns if c in reference.columns and rows[c].dtype == reference[c].dtype}
     for col in categorical:
-        if col in rows.columns and col in reference.columns:
+        if col in comparable:
             value, bound = psi(reference[col].cast(pl.String), rows[col].cast(pl.String)), limit(col, "psi")
             observed[f"{col} psi"], expected[f"{col} psi"] = round(value, 4), f"<= {bound}"
             if value > bound:
                 counts[f"{col}: psi"] = 1
                 problems.append(f"{col}: PSI {value:.3f} > {bound}")
     for col in numeric:
-        if col not in rows.columns or col not in reference.columns:
+        if col not in comparable:
             continue
         ref = reference[col].drop_nulls().cast(pl.Float64).to_numpy()
         cur = rows[col].drop_nulls().cast(pl.Float64).to_numpy()
@@ -108,7 +110,12 @@ def _label_rate(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame, z_
     rate, centre = float(today.mean()), float(np.median(rates))
     scale = max(1.4826 * float(np.median(np.abs(rates - centre))), 0.02)
     z = (rate - centre) / scale
-    observed["label rate"], expected["label rate"] = round(rate, 4), f"{centre:.3f} ± {z_limit} x {scale:.3f}"
-    if math.isfinite(z) and abs(z) > z_limit:
-        return f"label rate {rate:.3f} vs {centre:.3f} over the reference days (robust z {z:+.1f}, limit ±{z_limit})"
+    low, high = float(rates.min()), float(rates.max())
+    observed["label rate"] = round(rate, 4)
+    expected["label rate"] = f"{centre:.3f} ± {z_limit} x {scale:.3f}, and within the reference days' {low:.3f}..{high:.3f}"
+    # Both: far from the centre AND outside every reference day's rate. Weather moves the daily rate a
+    # lot; a rate no recent day has seen, far from the usual, is what a broken label looks like.
+    if math.isfinite(z) and abs(z) > z_limit and not low <= rate <= high:
+        return (f"label rate {rate:.3f} vs {centre:.3f} over the reference days (robust z {z:+.1f}, limit ±{z_limit}; "
+                f"reference days ranged {low:.3f}..{high:.3f})")
     return None

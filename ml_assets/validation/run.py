@@ -67,7 +67,10 @@ def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[
     outcomes["volume"] = volume_check(rows.height, history, spec.validation.volume)
     part = spec.partitioning
     outcomes["freshness"] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
-    outcomes["drift"] = drift_check(spec, rows, reference if reference is not None else pl.DataFrame())
+    # Drift describes the valid rows: rows already failing a row-level check are reported there.
+    invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if not outcomes[k].passed))
+    valid = rows.with_row_index("__row").filter(~pl.col("__row").is_in(sorted(invalid))).drop("__row") if invalid else rows
+    outcomes["drift"] = drift_check(spec, valid, reference if reference is not None else pl.DataFrame())
     for target in spec.validation.custom_checks:
         outcomes[check_name(target)] = run_custom(target, rows)
     return [outcomes[name] for name in check_names(spec)]

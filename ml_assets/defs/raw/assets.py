@@ -38,7 +38,10 @@ def build_raw_data(spec: ModelSpec) -> dg.AssetsDefinition:
     )
     def raw_data(context: dg.AssetExecutionContext, version_store: VersionStoreResource) -> dg.MaterializeResult:
         day = partition_day(context)
-        batch = sources.read_day(spec, day)
+        try:
+            batch = sources.read_day(spec, day)
+        except sources.SourceError as exc:  # nothing was written: main and every branch are untouched
+            raise dg.Failure(description=f"model {spec.name}, partition {day}: {exc}") from None
         store, repo = version_store.get_store(), spec.repository
         store.ensure_repository(repo)
         branch = ingest_branch(spec.name, day.isoformat(), context.run_id)
