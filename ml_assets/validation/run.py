@@ -8,9 +8,15 @@ import io
 import polars as pl
 
 from ml_assets.spec import ModelSpec
-from ml_assets.validation.checks import freshness_check, same_weekdays, volume_check
+from ml_assets.validation.checks import (
+    FRESHNESS,
+    VOLUME,
+    freshness_check,
+    same_weekdays,
+    volume_check,
+)
 from ml_assets.validation.custom import check_name, run_custom
-from ml_assets.validation.drift import DAY, drift_check
+from ml_assets.validation.drift import DAY, DRIFT, drift_check
 from ml_assets.validation.outcome import CheckOutcome
 from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
 from ml_assets.versioning import NotFound, VersionStore
@@ -20,9 +26,9 @@ CHECK_DESCRIPTIONS = {
     NULLS: "no nulls in non-nullable columns; nullable columns within their allowed null fraction",
     RANGES: "numeric ranges and allowed categories",
     KEYS: "no two rows share the spec's key columns",
-    "volume": "row count within tolerance of the same weekday over recent weeks on main",
-    "freshness": "rows timestamped outside the partition's day, within a tolerance",
-    "drift": "distributions against recent validated days on main: PSI, KS, Wasserstein, label rate",
+    VOLUME: "row count within tolerance of the same weekday over recent weeks on main",
+    FRESHNESS: "rows timestamped outside the partition's day, within a tolerance",
+    DRIFT: "distributions against recent validated days on main: PSI, KS, Wasserstein, label rate",
 }
 CHECKS = tuple(CHECK_DESCRIPTIONS)
 ROW_LEVEL = (NULLS, RANGES, KEYS)
@@ -64,13 +70,13 @@ def reference_rows(store: VersionStore, repo: str, day: dt.date, days: int, rows
 def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
                reference: pl.DataFrame | None = None) -> list[CheckOutcome]:
     outcomes = schema_checks(spec.data_schema, rows)
-    outcomes["volume"] = volume_check(rows.height, history, spec.validation.volume)
+    outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume)
     part = spec.partitioning
-    outcomes["freshness"] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
+    outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
     # Drift describes the valid rows: rows already failing a row-level check are reported there.
     invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if not outcomes[k].passed))
     valid = rows.with_row_index("__row").filter(~pl.col("__row").is_in(sorted(invalid))).drop("__row") if invalid else rows
-    outcomes["drift"] = drift_check(spec, valid, reference if reference is not None else pl.DataFrame())
+    outcomes[DRIFT] = drift_check(spec, valid, reference if reference is not None else pl.DataFrame())
     for target in spec.validation.custom_checks:
         outcomes[check_name(target)] = run_custom(target, rows)
     return [outcomes[name] for name in check_names(spec)]
