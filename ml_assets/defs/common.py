@@ -95,11 +95,3 @@ def parquet_bytes(frame: pl.DataFrame) -> bytes:
 def read_parquet(data: bytes) -> pl.DataFrame:
     return pl.read_parquet(io.BytesIO(data))
 
-
-def markdown_table(frame: pl.DataFrame) -> str:
-    def cell(value: object) -> str:
-        return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
-
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns)
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]
-    return "\n".join([header, *body])

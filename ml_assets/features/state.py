@@ -6,7 +6,6 @@ only, stored beside the checkpoint and inside the registered model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
@@ -48,9 +47,6 @@ def fit_state(frame: pl.DataFrame, numeric: list[str], categorical: list[str], t
 def state_bytes(state: dict) -> bytes:
     return json.dumps(state, sort_keys=True, indent=1).encode()
 
-
-def state_sha256(state: dict) -> str:
-    return hashlib.sha256(state_bytes(state)).hexdigest()
 
 
 def transform(frame: pl.DataFrame, state: dict) -> Encoded:

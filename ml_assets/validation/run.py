@@ -42,29 +42,31 @@ def descriptions(spec: ModelSpec) -> dict[str, str]:
     return {**CHECK_DESCRIPTIONS, **{check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
 
 
-def volume_history(store: VersionStore, repo: str, day: dt.date, weeks: int, rows_path) -> dict[dt.date, int]:
-    """Row counts of the same weekday in past weeks, as published on main."""
-    counts = {}
-    for past in same_weekdays(day, weeks):
+def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.date, rows_path
+                      ) -> tuple[dict[dt.date, int], pl.DataFrame]:
+    """What the day is judged against, as published on main, each past day read once: row counts of
+    the same weekday in past weeks (volume), and the rows of the days just before it with their day
+    in ``__day`` (drift)."""
+
+    def read(past: dt.date) -> bytes | None:
         try:
-            data = store.get_object(repo, "main", rows_path(past))
+            return store.get_object(repo, "main", rows_path(past))
         except NotFound:
-            continue
-        counts[past] = pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item()
-    return counts
+            return None
 
-
-def reference_rows(store: VersionStore, repo: str, day: dt.date, days: int, rows_path) -> pl.DataFrame:
-    """The rows of the validated days before ``day`` on main, with their day in ``__day``."""
-    frames = []
-    for back in range(1, days + 1):
+    frames = {}
+    for back in range(1, spec.validation.drift.reference_days + 1):
         past = day - dt.timedelta(days=back)
-        try:
-            data = store.get_object(repo, "main", rows_path(past))
-        except NotFound:
-            continue
-        frames.append(pl.read_parquet(io.BytesIO(data)).with_columns(pl.lit(past).alias(DAY)))
-    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        if (data := read(past)) is not None:
+            frames[past] = pl.read_parquet(io.BytesIO(data)).with_columns(pl.lit(past).alias(DAY))
+    counts = {}
+    for past in same_weekdays(day, spec.validation.volume.weeks):
+        if past in frames:
+            counts[past] = frames[past].height
+        elif (data := read(past)) is not None:  # outside the drift window: the footer's row count is enough
+            counts[past] = pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item()
+    reference = pl.concat(list(frames.values()), how="diagonal_relaxed") if frames else pl.DataFrame()
+    return counts, reference
 
 
 def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],

@@ -193,7 +193,7 @@ class LakeFSVersionStore:
         listed = self._call(f"objects at {ref!r} in {repo!r}", lambda: list(
             self._ref(repo, ref).objects(prefix=prefix or None, user_metadata=True)))
         return [ObjectInfo(o.path, (o.metadata or {}).get(SHA_KEY, ""), int(o.size_bytes or 0))
-                for o in listed if getattr(o, "path_type", "object") == "object" or hasattr(o, "size_bytes")]
+                for o in listed if isinstance(o, self._lakefs.models.ObjectInfo)]  # not common prefixes
 
     # -- commits, merges, history -------------------------------------------------------------------
 

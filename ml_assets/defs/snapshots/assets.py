@@ -44,10 +44,9 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     def validated_snapshot(context: dg.AssetExecutionContext, version_store: VersionStoreResource) -> Iterator:
         from ml_assets.validation.run import (  # pandera, scipy: imported when the checks run
             failure_message,
+            history_from_main,
             quarantinable,
-            reference_rows,
             run_checks,
-            volume_history,
         )
 
         day = partition_day(context)
@@ -55,8 +54,7 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         store, repo, branch, commit = version_store.get_store(), raw["repository"], raw["branch"], raw["commit"]
         rows = read_parquet(store.get_object(repo, commit, object_paths(spec, day)[ROWS]))
         rows_path = lambda d: object_paths(spec, d)[ROWS]  # noqa: E731
-        history = volume_history(store, repo, day, spec.validation.volume.weeks, rows_path)
-        reference = reference_rows(store, repo, day, spec.validation.drift.reference_days, rows_path)
+        history, reference = history_from_main(store, repo, spec, day, rows_path)
         outcomes = run_checks(spec, rows, day, history, reference)
         try:
             store.branch_head(repo, branch)
