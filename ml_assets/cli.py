@@ -3,6 +3,8 @@
     ml-assets demo [--model flights_delay] [--day 2013-03-15]   run the main job on embedded defaults
     ml-assets lineage MODEL [--version N | --alias A | --partition D] [--json]
                                                                 walk a model back to its source bytes
+    ml-assets replay-checks MODEL --start D --end D [--json] [--ignore-waivers]
+                                                                the snapshot's checks over past source days
     ml-assets paths                                             where the local home keeps everything
 """
 
@@ -158,6 +160,45 @@ def lineage(model: str, version: str | None, alias: str | None, partition: str |
     return 1 if result.mismatches else 0
 
 
+def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waivers: bool) -> int:
+    """Exit 0 when every day passes, 1 when some fail, 2 on a bad model or date."""
+    import json
+
+    from ml_assets.sources import SourceError
+    from ml_assets.spec import SpecError, load_spec
+    from ml_assets.validation.replay import replay
+
+    settings = load_settings()
+    try:
+        spec = load_spec(settings.models_dir / f"{model}.yaml")
+        first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
+        if last < first:
+            raise ValueError(f"--end {last} is before --start {first}")
+    except (SpecError, ValueError) as exc:
+        print(f"ml-assets replay-checks: {exc}", file=sys.stderr)
+        return 2
+    verdicts = []
+    try:
+        for verdict in replay(spec, first, last, ignore_waivers=ignore_waivers):
+            verdicts.append(verdict)
+            if not as_json:
+                state = "ok  " if verdict.passed else "FAIL"
+                extra = f", {verdict.quarantined} quarantined" if verdict.quarantined else ""
+                extra += "".join(f"; {name} failed, waived: {why}" for name, why in verdict.waived.items())
+                print(f"{state} {verdict.day} {verdict.rows:>7} rows{extra}", flush=True)
+                for name, summary in verdict.failed.items():
+                    print(f"       {name}: {summary}", flush=True)
+    except SourceError as exc:
+        print(f"ml-assets replay-checks: {exc}", file=sys.stderr)
+        return 2
+    failed = [v for v in verdicts if not v.passed]
+    if as_json:
+        print(json.dumps([v.as_dict() for v in verdicts], indent=2))
+    else:
+        print(f"{len(failed)} of {len(verdicts)} days fail ({len(failed) / max(len(verdicts), 1):.1%})")
+    return 1 if failed else 0
+
+
 def paths() -> int:
     settings = load_settings()
     for name in ("home", "dagster_home", "version_store_root", "artifacts_root", "checkpoints_root", "mlflow_dir"):
@@ -179,8 +220,16 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--alias", help="a model alias, e.g. champion or challenger")
     which.add_argument("--partition", help="the version trained for this day (YYYY-MM-DD)")
     trace.add_argument("--json", action="store_true", help="print the chain and checks as JSON")
+    replay = sub.add_parser("replay-checks", help="run the snapshot's checks over a range of source days, in memory")
+    replay.add_argument("model")
+    replay.add_argument("--start", required=True, help="first day (YYYY-MM-DD)")
+    replay.add_argument("--end", required=True, help="last day (YYYY-MM-DD)")
+    replay.add_argument("--json", action="store_true", help="print every day's verdict as JSON")
+    replay.add_argument("--ignore-waivers", action="store_true", help="judge as if the spec waived nothing")
     sub.add_parser("paths", help="print where the local home keeps everything")
     args = parser.parse_args(argv)
+    if args.command == "replay-checks":
+        sys.exit(replay_checks(args.model, args.start, args.end, args.json, args.ignore_waivers))
     if args.command == "demo":
         sys.exit(demo(args.model, args.day))
     if args.command == "lineage":

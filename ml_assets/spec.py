@@ -73,10 +73,29 @@ class DataSchema(_Strict):
         return self
 
 
+class HolidaySpec(_Strict):
+    country: str = Field(description="ISO 3166-1 alpha-2 code of the public-holiday calendar, e.g. US")
+    subdivision: str | None = Field(default=None, description="state or province code within the country")
+    window_days: int = Field(default=1, ge=0, le=7, description="days either side of a holiday that count as near it")
+    tolerance: float = Field(default=0.5, gt=0, lt=1, description="allowed relative deviation on days near a holiday")
+
+    @model_validator(mode="after")
+    def _known_calendar(self) -> HolidaySpec:
+        from ml_assets.calendar import CalendarError, supported
+
+        try:
+            supported(self.country, self.subdivision)
+        except CalendarError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
 class VolumeSpec(_Strict):
     tolerance: float = Field(default=0.2, gt=0, lt=1, description="allowed relative deviation from the expected rows")
     weeks: int = Field(default=4, ge=1, le=52, description="same weekday over this many past weeks makes the expectation")
     min_history: int = Field(default=2, ge=1, description="fewer past days than this: the check passes, saying so")
+    holidays: HolidaySpec | None = Field(default=None, description=(
+        "public holidays: days near one get the holiday tolerance, and leave the expectation of other days"))
 
 
 class FreshnessSpec(_Strict):
@@ -96,7 +115,12 @@ class DriftSpec(_Strict):
     psi: float = Field(default=0.25, gt=0, description="population stability index limit for categoricals")
     ks: float = Field(default=0.2, gt=0, le=1, description="two-sample Kolmogorov-Smirnov statistic limit")
     wasserstein: float = Field(default=0.5, gt=0, description="Wasserstein distance limit, in reference standard deviations")
-    label_rate_z: float = Field(default=4.0, gt=0, description="label-rate change limit, in robust standard deviations (1.4826 x MAD) of the reference days' rates")
+    label_rate_z: float = Field(default=8.0, gt=0, description=(
+        "limit on the day's label rate, as a robust z-score of its log-odds against the reference days' "
+        "(median, 1.4826 x MAD, at least 0.3); binary classification"))
+    label_auc_min: float = Field(default=0.5, ge=0, le=1, description=(
+        "the reference days' label rates by feature value must rank the day's labels at least this well "
+        "(ROC-AUC); binary classification"))
     columns: dict[str, ColumnDrift] = Field(default={}, description="per-column limits overriding the defaults")
 
 
@@ -107,6 +131,12 @@ class QuarantineSpec(_Strict):
 CUSTOM_CHECK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+class Waiver(_Strict):
+    day: dt.date = Field(description="the partition")
+    checks: list[str] = Field(min_length=1, description="the checks whose failure on that day is accepted")
+    reason: str = Field(min_length=10, description="why: it is recorded on the check result and the merge into main")
+
+
 class ValidationSpec(_Strict):
     volume: VolumeSpec = VolumeSpec()
     freshness: FreshnessSpec = FreshnessSpec()
@@ -115,6 +145,24 @@ class ValidationSpec(_Strict):
         default=None, description="write rows failing row-level checks aside instead of failing the day")
     custom_checks: list[str] = Field(
         default=[], description="'module:function' taking the day's rows, returning a boolean per row (True: ok) or one bool")
+    waivers: list[Waiver] = Field(default=[], description=(
+        "accepted failures of named checks on named days (a real anomaly, inspected by a person); every other "
+        "check still blocks"))
+
+    @model_validator(mode="after")
+    def _waived_checks_exist(self) -> ValidationSpec:
+        from ml_assets.validation.names import CHECKS, custom_check_name
+
+        known = [*CHECKS, *(custom_check_name(t) for t in self.custom_checks)]
+        seen = set()
+        for i, waiver in enumerate(self.waivers):
+            unknown = [c for c in waiver.checks if c not in known]
+            if unknown:
+                raise ValueError(f"waivers[{i}] ({waiver.day}): unknown check(s) {unknown}; the checks are {known}")
+            if waiver.day in seen:
+                raise ValueError(f"waivers[{i}]: {waiver.day} is waived twice; list its checks in one waiver")
+            seen.add(waiver.day)
+        return self
 
     @field_validator("custom_checks")
     @classmethod
@@ -334,6 +382,8 @@ class ModelSpec(_Strict):
         data = self.model_dump(mode="json", by_alias=True)
         if sections:
             data = {s: data[s] for s in sections}
+            # A waiver concerns its own day: it does not change how any other partition is judged.
+            data.get("validation", {}).pop("waivers", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

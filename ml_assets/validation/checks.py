@@ -7,11 +7,11 @@ import statistics
 
 import polars as pl
 
+from ml_assets.calendar import holiday_near
 from ml_assets.sources import local_day
 from ml_assets.spec import FreshnessSpec, VolumeSpec
+from ml_assets.validation.names import FRESHNESS, VOLUME
 from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
-
-VOLUME, FRESHNESS = "volume", "freshness"
 
 
 def same_weekdays(day: dt.date, weeks: int) -> list[dt.date]:
@@ -19,10 +19,19 @@ def same_weekdays(day: dt.date, weeks: int) -> list[dt.date]:
     return [day - dt.timedelta(weeks=k) for k in range(1, weeks + 1)]
 
 
-def volume_check(rows: int, history: dict[dt.date, int], spec: VolumeSpec) -> CheckOutcome:
+def volume_check(rows: int, history: dict[dt.date, int], spec: VolumeSpec, day: dt.date | None = None) -> CheckOutcome:
     if rows == 0:
         return CheckOutcome(VOLUME, False, "the partition is empty: 0 rows", {"empty": 1},
                             {"rows": 0}, {"rows": "> 0"})
+    tolerance, holiday = spec.tolerance, None
+    if spec.holidays is not None and day is not None:
+        cal = spec.holidays
+        near = lambda d: holiday_near(d, cal.country, cal.subdivision, cal.window_days)  # noqa: E731
+        if (found := near(day)) is not None:
+            tolerance, holiday = cal.tolerance, f"{found[1]} {found[0]}"
+        ordinary = {d: n for d, n in history.items() if near(d) is None}
+        if len(ordinary) >= spec.min_history:  # holidays make a poor expectation for other days
+            history = ordinary
     past = sorted(history.items())
     if len(past) < spec.min_history:
         return CheckOutcome(VOLUME, True, f"{rows} rows; only {len(past)} past same-weekday day(s) on main, "
@@ -31,13 +40,16 @@ def volume_check(rows: int, history: dict[dt.date, int], spec: VolumeSpec) -> Ch
                             expected={"history_days": f">= {spec.min_history}"})
     expected = statistics.median(n for _, n in past)
     change = rows / expected - 1
-    passed = abs(change) <= spec.tolerance
+    passed = abs(change) <= tolerance
     detail = ", ".join(f"{d}: {n}" for d, n in past)
     summary = (f"{rows} rows vs {expected:.0f} expected (median of the same weekday: {detail}): "
-               f"{change:+.1%}, {'within' if passed else 'beyond'} ±{spec.tolerance:.0%}")
+               f"{change:+.1%}, {'within' if passed else 'beyond'} ±{tolerance:.0%}"
+               + (f" (the tolerance near a holiday: {holiday})" if holiday else ""))
+    expectation = {"rows": round(expected), "tolerance": tolerance, "history": {str(d): n for d, n in past}}
+    if holiday:
+        expectation["holiday"] = holiday
     return CheckOutcome(VOLUME, passed, summary, {} if passed else {"volume_change": 1},
-                        {"rows": rows, "change": round(change, 4)},
-                        {"rows": round(expected), "tolerance": spec.tolerance, "history": {str(d): n for d, n in past}})
+                        {"rows": rows, "change": round(change, 4)}, expectation)
 
 
 def freshness_check(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, spec: FreshnessSpec) -> CheckOutcome:

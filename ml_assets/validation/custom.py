@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from ml_assets.validation.names import custom_check_name
 from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
 
 CustomCheck = Callable[[pl.DataFrame], "pl.Series | bool"]
@@ -21,8 +22,7 @@ class CustomCheckError(ValueError):
     pass
 
 
-def check_name(target: str) -> str:
-    return "custom_" + target.split(":")[1]
+check_name = custom_check_name
 
 
 def load_check(target: str) -> CustomCheck:

@@ -25,9 +25,12 @@ class CheckOutcome:
     """Up to MAX_FAILING_ROWS of the rows that failed, with a column saying why."""
     row_indices: set[int] = field(default_factory=set)
     """Every failing row's index, when the failure is row-level (it could be quarantined)."""
+    waived: str | None = None
+    """The reason of the spec's waiver that let this failure pass, if one did."""
 
     def markdown(self) -> str:
-        lines = [f"**{self.name}: {'passed' if self.passed else 'FAILED'}**: {self.summary}"]
+        state = f"passed by waiver ({self.waived})" if self.waived else "passed" if self.passed else "FAILED"
+        lines = [f"**{self.name}: {state}**: {self.summary}"]
         keys = sorted(set(self.observed) | set(self.expected))
         if keys:
             lines += ["", "| | observed | expected |", "|---|---|---|"]

@@ -4,34 +4,31 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.checks import (
-    FRESHNESS,
-    VOLUME,
     freshness_check,
     same_weekdays,
     volume_check,
 )
 from ml_assets.validation.custom import check_name, run_custom
-from ml_assets.validation.drift import DAY, DRIFT, drift_check
+from ml_assets.validation.drift import DAY, drift_check
+from ml_assets.validation.names import (
+    CHECK_DESCRIPTIONS,
+    CHECKS,
+    DRIFT,
+    FRESHNESS,
+    NULLS,
+    ROW_LEVEL,
+    VOLUME,
+)
 from ml_assets.validation.outcome import CheckOutcome
-from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
+from ml_assets.validation.schema import schema_checks
 from ml_assets.versioning import NotFound, VersionStore
-
-CHECK_DESCRIPTIONS = {
-    SCHEMA: "columns and dtypes as the spec declares them (strict column set)",
-    NULLS: "no nulls in non-nullable columns; nullable columns within their allowed null fraction",
-    RANGES: "numeric ranges and allowed categories",
-    KEYS: "no two rows share the spec's key columns",
-    VOLUME: "row count within tolerance of the same weekday over recent weeks on main",
-    FRESHNESS: "rows timestamped outside the partition's day, within a tolerance",
-    DRIFT: "distributions against recent validated days on main: PSI, KS, Wasserstein, label rate",
-}
-CHECKS = tuple(CHECK_DESCRIPTIONS)
-ROW_LEVEL = (NULLS, RANGES, KEYS)
 
 
 def check_names(spec: ModelSpec) -> list[str]:
@@ -42,46 +39,61 @@ def descriptions(spec: ModelSpec) -> dict[str, str]:
     return {**CHECK_DESCRIPTIONS, **{check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
 
 
-def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.date, rows_path
-                      ) -> tuple[dict[dt.date, int], pl.DataFrame]:
-    """What the day is judged against, as published on main, each past day read once: row counts of
-    the same weekday in past weeks (volume), and the rows of the days just before it with their day
-    in ``__day`` (drift)."""
-
-    def read(past: dt.date) -> bytes | None:
-        try:
-            return store.get_object(repo, "main", rows_path(past))
-        except NotFound:
-            return None
-
+def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], pl.LazyFrame | None]
+                   ) -> tuple[dict[dt.date, int], pl.DataFrame]:
+    """What the day is judged against, each past day loaded once: row counts of the same weekday in
+    past weeks (volume), and the rows of the days just before it with their day in ``__day`` (drift).
+    ``load`` gives a published day's rows, or None when the day never reached main."""
     frames = {}
     for back in range(1, spec.validation.drift.reference_days + 1):
         past = day - dt.timedelta(days=back)
-        if (data := read(past)) is not None:
-            frames[past] = pl.read_parquet(io.BytesIO(data)).with_columns(pl.lit(past).alias(DAY))
+        if (lazy := load(past)) is not None:
+            frames[past] = lazy.collect().with_columns(pl.lit(past).alias(DAY))
     counts = {}
     for past in same_weekdays(day, spec.validation.volume.weeks):
         if past in frames:
             counts[past] = frames[past].height
-        elif (data := read(past)) is not None:  # outside the drift window: the footer's row count is enough
-            counts[past] = pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item()
+        elif (lazy := load(past)) is not None:  # outside the drift window: the count is enough
+            counts[past] = lazy.select(pl.len()).collect().item()
     reference = pl.concat(list(frames.values()), how="diagonal_relaxed") if frames else pl.DataFrame()
     return counts, reference
+
+
+def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.date,
+                      rows_path: Callable[[dt.date], str]) -> tuple[dict[dt.date, int], pl.DataFrame]:
+    """``gather_history`` over the days published on main of the version store."""
+
+    def load(past: dt.date) -> pl.LazyFrame | None:
+        try:  # a Parquet scan: a count reads only the footer
+            return pl.scan_parquet(io.BytesIO(store.get_object(repo, "main", rows_path(past))))
+        except NotFound:
+            return None
+
+    return gather_history(spec, day, load)
 
 
 def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
                reference: pl.DataFrame | None = None) -> list[CheckOutcome]:
     outcomes = schema_checks(spec.data_schema, rows)
-    outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume)
+    outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume, day)
     part = spec.partitioning
     outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
     # Drift describes the valid rows: rows already failing a row-level check are reported there.
     invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if not outcomes[k].passed))
-    valid = rows.with_row_index("__row").filter(~pl.col("__row").is_in(sorted(invalid))).drop("__row") if invalid else rows
+    valid = without_rows(rows, invalid)
     outcomes[DRIFT] = drift_check(spec, valid, reference if reference is not None else pl.DataFrame())
     for target in spec.validation.custom_checks:
         outcomes[check_name(target)] = run_custom(target, rows)
-    return [outcomes[name] for name in check_names(spec)]
+    return [_waive(spec, day, outcomes[name]) for name in check_names(spec)]
+
+
+def _waive(spec: ModelSpec, day: dt.date, outcome: CheckOutcome) -> CheckOutcome:
+    if outcome.passed:
+        return outcome
+    for waiver in spec.validation.waivers:
+        if waiver.day == day and outcome.name in waiver.checks:
+            return replace(outcome, passed=True, waived=waiver.reason, summary=f"waived ({waiver.reason}): {outcome.summary}")
+    return outcome
 
 
 def quarantinable(spec: ModelSpec, outcomes: list[CheckOutcome], rows: int) -> set[int] | None:
@@ -96,6 +108,41 @@ def quarantinable(spec: ModelSpec, outcomes: list[CheckOutcome], rows: int) -> s
         return None  # too many nulls is a property of the day, not of rows
     bad = set().union(*(o.row_indices for o in failed))
     return bad if len(bad) / max(rows, 1) <= spec.validation.quarantine.max_fraction else None
+
+
+def without_rows(rows: pl.DataFrame, drop: set[int]) -> pl.DataFrame:
+    if not drop:
+        return rows
+    return rows.with_row_index("__row").filter(~pl.col("__row").is_in(sorted(drop))).drop("__row")
+
+
+@dataclass
+class Verdict:
+    """Every check's outcome on what would be published: the day's rows less any quarantined ones."""
+
+    outcomes: list[CheckOutcome]
+    rows: pl.DataFrame
+    quarantined: set[int] = field(default_factory=set)
+
+    @property
+    def failed(self) -> list[CheckOutcome]:
+        return [o for o in self.outcomes if not o.passed]
+
+    @property
+    def waived(self) -> dict[str, str]:
+        return {o.name: o.waived for o in self.outcomes if o.waived}
+
+
+def judge(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
+          reference: pl.DataFrame | None = None) -> Verdict:
+    """Run the checks; with quarantine on and few enough row-level failures, set those rows aside and
+    check again exactly what is left (the snapshot publishes that)."""
+    outcomes = run_checks(spec, rows, day, history, reference)
+    quarantined = quarantinable(spec, outcomes, rows.height)
+    if not quarantined:
+        return Verdict(outcomes, rows)
+    clean = without_rows(rows, quarantined)
+    return Verdict(run_checks(spec, clean, day, history, reference), clean, quarantined)
 
 
 def failure_message(spec: ModelSpec, day: dt.date, failed: list[CheckOutcome]) -> str:

@@ -2,7 +2,7 @@ import datetime as dt
 
 import polars as pl
 
-from ml_assets.spec import FreshnessSpec, VolumeSpec
+from ml_assets.spec import FreshnessSpec, HolidaySpec, VolumeSpec
 from ml_assets.validation.checks import freshness_check, same_weekdays, volume_check
 
 DAY = dt.date(2013, 3, 15)  # a Friday
@@ -28,6 +28,30 @@ def test_volume_without_history_is_not_judged_but_empty_always_fails():
     assert sparse.passed and "volume not judged" in sparse.summary
     empty = volume_check(0, {}, VolumeSpec())
     assert not empty.passed and "empty" in empty.summary
+
+
+def test_days_near_a_holiday_get_the_holiday_tolerance():
+    thanksgiving = dt.date(2013, 11, 28)  # real counts of the bundled data: 634 flights vs ~990 on Thursdays
+    history = {dt.date(2013, 11, 21): 1000, dt.date(2013, 11, 14): 988, dt.date(2013, 11, 7): 991, dt.date(2013, 10, 31): 922}
+    plain = volume_check(634, history, VolumeSpec(), thanksgiving)
+    assert not plain.passed and "beyond ±20%" in plain.summary
+    spec = VolumeSpec(holidays=HolidaySpec(country="US", window_days=1, tolerance=0.5))
+    near = volume_check(634, history, spec, thanksgiving)
+    assert near.passed and "Thanksgiving Day 2013-11-28" in near.summary and "within ±50%" in near.summary
+    assert volume_check(634, history, spec, dt.date(2013, 11, 29)).passed  # the day after: within the window
+    assert not volume_check(400, history, spec, thanksgiving).passed  # a collapse still fails
+    assert not volume_check(634, history, spec, dt.date(2013, 11, 14)).passed  # an ordinary Thursday
+
+
+def test_holidays_leave_the_expectation_of_ordinary_days():
+    spec = VolumeSpec(holidays=HolidaySpec(country="US", window_days=1))
+    # The Friday after Thanksgiving in the history would drag the median of an ordinary Friday down.
+    history = {dt.date(2013, 11, 29): 661, dt.date(2013, 11, 22): 999, dt.date(2013, 11, 15): 985, dt.date(2013, 11, 8): 986}
+    outcome = volume_check(990, history, spec, dt.date(2013, 12, 6))
+    assert outcome.expected["rows"] == 986 and "2013-11-29" not in outcome.expected["history"]
+    # Without enough ordinary days left, the holidays stay in.
+    few = volume_check(990, {dt.date(2013, 11, 29): 661, dt.date(2013, 11, 22): 999}, spec, dt.date(2013, 12, 6))
+    assert "2013-11-29" in few.expected["history"]
 
 
 def test_freshness_counts_rows_from_other_days():

@@ -55,7 +55,7 @@ CORPUS = {
                                  .alias("time_hour")), "freshness", "60 of"),
     "mean shift of 3 sd": (lambda f: f.with_columns(pl.col("distance") + 2200), "drift", "distance: KS"),
     "flipped labels": (lambda f: f.with_columns(pl.when(pl.col("dep_delay") >= 15).then(0).otherwise(30)
-                                                .cast(pl.Int64).alias("dep_delay")), "drift", "label rate"),
+                                                .cast(pl.Int64).alias("dep_delay")), "drift", "label relationship"),
     "truncated parquet": ("truncate", None, "cannot read"),
     "non-UTF-8 text": ("binary_dest", "schema", "column 'dest' is not String"),
     "single absurd outlier": (_set("distance", 1_000_000, 1), "ranges_and_categories", "distance: 1 row above 10000.0"),

@@ -36,7 +36,8 @@ def test_psi_is_zero_for_equal_and_large_for_disjoint():
 def test_real_day_against_its_two_weeks_passes(spec, rows, reference):
     outcome = drift_check(spec, rows, reference)
     assert outcome.passed, outcome.summary
-    assert {"carrier psi", "distance ks", "distance wasserstein", "label rate"} <= set(outcome.observed)
+    assert {"carrier psi", "distance ks", "distance wasserstein", "label rate", "label relationship auc"} <= set(
+        outcome.observed)
 
 
 def test_mean_shift_of_three_sd_fails_on_that_column(spec, rows, reference):
@@ -53,11 +54,34 @@ def test_category_mix_shift_fails_psi(spec, rows, reference):
     assert not outcome.passed and "origin: PSI" in outcome.summary
 
 
-def test_flipped_labels_fail_label_rate(spec, rows, reference):
+def test_flipped_labels_fail_the_label_relationship(spec, rows, reference):
     flipped = rows.with_columns(pl.when(pl.col("dep_delay") >= 15).then(0).otherwise(30).alias("dep_delay"))
     outcome = drift_check(spec, flipped, reference)
-    assert not outcome.passed and outcome.summary.startswith("label rate")
+    assert not outcome.passed and outcome.summary.startswith("label relationship")
+    assert list(outcome.counts) == ["label: relationship"]
+    assert outcome.observed["label relationship auc"] < 0.4
+    # the same day unflipped ranks its labels well above chance
+    assert drift_check(spec, rows, reference).observed["label relationship auc"] > 0.6
+
+
+def test_a_constant_label_fails_the_label_rate(spec, rows, reference):
+    # Every flight delayed: one class only, so the ranking cannot be judged; the rate check catches it.
+    constant = rows.with_columns(pl.when(pl.col("dep_delay").is_not_null()).then(45).alias("dep_delay"))
+    outcome = drift_check(spec, constant, reference)
+    assert not outcome.passed and outcome.summary.startswith("label rate 1.000")
     assert list(outcome.counts) == ["label: rate"]
+    assert "not judged" in outcome.observed["label relationship"]
+
+
+def test_a_stormy_day_keeps_its_label_relationship(spec, reference):
+    # 2013-03-08: a nor'easter, 69% of departures delayed (the year's worst day), judged against the
+    # two weeks before it. The rate is extreme but the ranking holds: the drift check passes.
+    storm = dt.date(2013, 3, 8)
+    past = pl.concat([read_day(spec, storm - dt.timedelta(days=n)).tables["rows"]
+                      .with_columns(pl.lit(storm - dt.timedelta(days=n)).alias(DAY)) for n in range(1, 15)])
+    outcome = drift_check(spec, read_day(spec, storm).tables["rows"], past)
+    assert outcome.observed["label rate"] > 0.6
+    assert outcome.passed, outcome.summary
 
 
 def test_too_little_reference_is_not_judged(spec, rows, reference):

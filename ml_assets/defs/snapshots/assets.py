@@ -42,11 +42,10 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
                      "(write-audit-publish). Its data version is the main commit id."),
     )
     def validated_snapshot(context: dg.AssetExecutionContext, version_store: VersionStoreResource) -> Iterator:
-        from ml_assets.validation.run import (  # pandera, scipy: imported when the checks run
+        from ml_assets.validation.run import (  # pandera, scipy: at run time
             failure_message,
             history_from_main,
-            quarantinable,
-            run_checks,
+            judge,
         )
 
         day = partition_day(context)
@@ -55,23 +54,26 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
         rows = read_parquet(store.get_object(repo, commit, object_paths(spec, day)[ROWS]))
         rows_path = lambda d: object_paths(spec, d)[ROWS]  # noqa: E731
         history, reference = history_from_main(store, repo, spec, day, rows_path)
-        outcomes = run_checks(spec, rows, day, history, reference)
+        verdict = judge(spec, rows, day, history, reference)
         try:
             store.branch_head(repo, branch)
         except NotFound:  # the ingest branch was merged and deleted by an earlier run: re-create it at the commit
             store.create_branch(repo, branch, commit)
-        quarantined = quarantinable(spec, outcomes, rows.height)
+        quarantined = verdict.quarantined
         if quarantined:
-            rows, commit = _quarantine(store, repo, branch, spec, day, rows, quarantined, context.run_id)
+            commit = _quarantine(store, repo, branch, spec, day, rows, verdict.rows, quarantined, context.run_id)
             context.log.warning(f"validated_snapshot {day}: {len(quarantined)} rows quarantined on {branch}")
-            outcomes = run_checks(spec, rows, day, history, reference)  # re-check exactly what will be published
-        for outcome in outcomes:  # every result is recorded before anything is published
+            rows = verdict.rows
+        for outcome in verdict.outcomes:  # every result is recorded before anything is published
             metadata = check_metadata(outcome, repo, branch, commit)
-            metadata["quarantined_rows"] = len(quarantined or ())
-            yield dg.AssetCheckResult(check_name=outcome.name, passed=outcome.passed, description=outcome.summary,
-                                      metadata=metadata)
-        failed = [o for o in outcomes if not o.passed]
-        if failed:
+            metadata["quarantined_rows"] = len(quarantined)
+            # A waived failure shows as failed with severity WARN, which does not block: the UI keeps saying
+            # what the check found, and the waiver's reason is beside it.
+            yield dg.AssetCheckResult(
+                check_name=outcome.name, passed=outcome.passed and not outcome.waived, description=outcome.summary,
+                severity=dg.AssetCheckSeverity.WARN if outcome.waived else dg.AssetCheckSeverity.ERROR,
+                metadata=metadata)
+        if failed := verdict.failed:
             raise dg.Failure(
                 description=f"{failure_message(spec, day, failed)}. Nothing reached main; branch {branch!r} of "
                             f"{repo!r} is kept for inspection.",
@@ -83,8 +85,11 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
             "code_version": package_code_version(),
             "checks_passed": f"{', '.join(names)} ({rows.height} rows"
                              + (f", {len(quarantined)} quarantined)" if quarantined else ")"),
+            **({"waived": "; ".join(f"{name}: {why}" for name, why in verdict.waived.items())} if verdict.waived else {}),
         })
         store.delete_branch(repo, branch)
+        if verdict.waived:
+            context.log.warning(f"validated_snapshot {day}: failures waived by the spec: {verdict.waived}")
         context.log.info(f"validated_snapshot {day}: {rows.height} rows pass {len(names)} checks; main is now {main_commit[:12]}")
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(main_commit),
@@ -95,20 +100,17 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     return validated_snapshot
 
 
-def _quarantine(store, repo: str, branch: str, spec: ModelSpec, day, rows, bad: set[int], run_id: str):
+def _quarantine(store, repo: str, branch: str, spec: ModelSpec, day, rows, clean, bad: set[int], run_id: str) -> str:
     """Move the failing rows aside on the run's branch; the day's rows object keeps the clean ones."""
     import polars as pl
 
     from ml_assets.defs.common import parquet_bytes
 
-    indexed = rows.with_row_index("__row")
-    clean = indexed.filter(~pl.col("__row").is_in(sorted(bad))).drop("__row")
-    aside = indexed.filter(pl.col("__row").is_in(sorted(bad))).rename({"__row": "source_row"})
+    aside = rows.with_row_index("source_row").filter(pl.col("source_row").is_in(sorted(bad)))
     store.put_object(repo, branch, object_paths(spec, day)[ROWS], parquet_bytes(clean))
     store.put_object(repo, branch, quarantine_path(day), parquet_bytes(aside))
-    commit = store.commit(repo, branch, f"{spec.name} {day}: quarantine {len(bad)} rows", {
+    return store.commit(repo, branch, f"{spec.name} {day}: quarantine {len(bad)} rows", {
         "dagster_run_id": run_id, "partition": day.isoformat(), "quarantined_rows": str(len(bad))}).id
-    return clean, commit
 
 
 def quarantine_path(day) -> str:

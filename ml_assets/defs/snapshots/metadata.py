@@ -14,6 +14,8 @@ def check_metadata(outcome: CheckOutcome, repo: str, branch: str, commit: str) -
         "failures": sum(outcome.counts.values()),
         "repository": repo, "branch": branch, "audited_commit": commit,
     }
+    if outcome.waived:
+        metadata["waived"] = outcome.waived
     rows = outcome.failing_rows
     if rows is not None and rows.height:
         columns = ["failed", *[c for c in rows.columns if c != "failed"]]

@@ -1,0 +1,153 @@
+"""Validating ten million rows: pandera's polars backend against its pandas backend, and against
+the cost of building features from the same rows.
+
+    python -m benchmarks.validation [--quick]
+
+The rows are the bundled 2013 flights replicated 30 times (10.1 million rows) with noise: delays
+jittered, distances scaled by up to ±2%, flight numbers offset per copy so the spec's keys stay
+unique. The same schema, generated from the bundled spec, validates them:
+
+- polars: ``build_schema`` (pandera's polars backend) on the polars DataFrame, as the snapshot runs it;
+- pandas: the same columns, dtypes, nullability, ranges, categories and unique keys declared with
+  pandera's pandas API, on the same rows converted to pandas (the conversion is not timed).
+
+Then the whole of the snapshot's row checks (``schema_checks``: pandera plus the null fractions and
+the split into named checks) against ``build_features`` on the same rows (the joins with weather
+and planes, the target, the typed feature columns). Peak memory of each step is the process's
+resident set, sampled every 5 ms, above what it held before the step. Medians of several runs.
+
+Goals: polars at least 3x faster than pandas; validation at most 0.10 of feature time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pandera.pandas as ppa
+import polars as pl
+
+from ml_assets.features.build import build_features
+from ml_assets.settings import BUNDLED_MODELS_DIR
+from ml_assets.sources import _bundled_table
+from ml_assets.spec import DataSchema, load_spec
+from ml_assets.validation.schema import build_schema, schema_checks
+
+PANDAS_DTYPES = {"int64": "Int64", "float64": "Float64", "string": "string", "bool": "boolean"}
+
+
+def replicated(copies: int, seed: int = 13) -> pl.DataFrame:
+    flights, _ = _bundled_table("flights")
+    rng = np.random.default_rng(seed)
+    parts = []
+    for k in range(copies):
+        n = flights.height
+        jitter = pl.Series(rng.normal(0, 5, n).round().astype(np.int64))
+        scale = pl.Series(rng.uniform(0.98, 1.02, n))
+        parts.append(flights.with_columns(
+            (pl.col("flight") + 10_000 * k).alias("flight"),
+            (pl.col("dep_delay") + jitter).clip(-120, 1800).alias("dep_delay"),
+            (pl.col("distance") * scale).round().cast(pl.Int64).clip(1, 10_000).alias("distance"),
+        ))
+    return pl.concat(parts)
+
+
+def pandas_schema(schema: DataSchema) -> ppa.DataFrameSchema:
+    """The schema ``build_schema`` generates, declared with pandera's pandas API."""
+    columns = {}
+    for name, col in schema.columns.items():
+        checks = []
+        if col.min is not None:
+            checks.append(ppa.Check.ge(col.min))
+        if col.max is not None:
+            checks.append(ppa.Check.le(col.max))
+        if col.allowed is not None:
+            checks.append(ppa.Check.isin(col.allowed))
+        columns[name] = ppa.Column(PANDAS_DTYPES[col.dtype], checks=checks, nullable=col.nullable)
+    return ppa.DataFrameSchema(columns, strict=schema.strict, unique=schema.keys or None)
+
+
+class PeakRSS:
+    """The resident set's peak above its level at entry, sampled by a thread (polars allocates
+    outside Python, so tracemalloc would not see it)."""
+
+    def __enter__(self) -> PeakRSS:
+        gc.collect()
+        self.base = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * 4096
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._rss())
+
+    @property
+    def mib(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def measure(fn: Callable[[], object], runs: int) -> tuple[float, float]:
+    """Median seconds and the largest peak memory (MiB) over ``runs`` calls."""
+    times, peaks = [], []
+    for _ in range(runs):
+        with PeakRSS() as mem:
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+        peaks.append(mem.mib)
+    return statistics.median(times), max(peaks)
+
+
+def _pandas_run(schema: DataSchema, rows: pl.DataFrame, runs: int) -> tuple[float, float]:
+    frame = rows.to_pandas().astype({n: PANDAS_DTYPES[c.dtype] for n, c in schema.columns.items()})
+    validator = pandas_schema(schema)
+    validator.validate(frame.head(1000), lazy=True)
+    return measure(lambda: validator.validate(frame, lazy=True), runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one copy (337 thousand rows), fewer runs")
+    args = parser.parse_args()
+    copies, runs = (1, 2) if args.quick else (30, 3)
+    spec = load_spec(BUNDLED_MODELS_DIR / "flights_delay.yaml")
+    rows = replicated(copies)
+    tables = {"rows": rows, **{name: _bundled_table(t.table)[0] for name, t in spec.source.dimensions.items()}}
+    print(f"{rows.height:,} rows, {rows.width} columns ({rows.estimated_size() / 2**20:.0f} MiB in polars)")
+
+    polars_schema = build_schema(spec.data_schema)
+    polars_schema.validate(rows.head(1000), lazy=True)  # warm up: imports, first compilation
+    t_polars, m_polars = measure(lambda: polars_schema.validate(rows, lazy=True), runs)
+    t_pandas, m_pandas = _pandas_run(spec.data_schema, rows, runs)
+    t_checks, m_checks = measure(lambda: schema_checks(spec.data_schema, rows), runs)
+    t_features, m_features = measure(lambda: build_features(spec, tables), runs)
+    assert all(o.passed for o in schema_checks(spec.data_schema, rows).values()), "the replicated rows must be valid"
+
+    print(f"pandera polars backend:  {t_polars:7.2f} s  peak +{m_polars:6.0f} MiB")
+    print(f"pandera pandas backend:  {t_pandas:7.2f} s  peak +{m_pandas:6.0f} MiB  ({t_pandas / t_polars:.1f}x polars)")
+    print(f"snapshot row checks:     {t_checks:7.2f} s  peak +{m_checks:6.0f} MiB  (schema_checks: pandera + null fractions)")
+    print(f"feature engineering:     {t_features:7.2f} s  peak +{m_features:6.0f} MiB  (build_features)")
+    print(f"(medians of {runs} runs)")
+    print(f"RESULT validation_polars_speedup {t_pandas / t_polars:.2f} goal >= 3")
+    print(f"RESULT validation_over_features {t_checks / t_features:.3f} goal <= 0.10")
+
+
+if __name__ == "__main__":
+    main()
