@@ -46,6 +46,9 @@ class ColumnSchema(_Strict):
     max: float | None = None
     allowed: list[str] | None = None
     unique: bool = False
+    after_event: bool = Field(default=False, description=(
+        "known only once the predicted event has happened (e.g. the actual departure time): never a "
+        "feature, a join key or a rolling group; rolling aggregates may read it from past days"))
 
     @model_validator(mode="after")
     def _range(self) -> ColumnSchema:
@@ -254,29 +257,165 @@ class TargetSpec(_Strict):
         return pl.sql_expr(self.expression).meta.root_names()
 
 
+class AsOfSpec(_Strict):
+    column: str = Field(description="timestamp column, in the rows and in the dimension (not `on:`, which YAML 1.1 reads as true)")
+    tolerance_hours: float | None = Field(default=None, gt=0, description="older dimension records are not matched")
+
+
 class JoinSpec(_Strict):
     dimension: str
-    keys: list[str] = Field(min_length=1, description="columns of the rows equal to the dimension's")
+    keys: list[str] = Field(default=[], description="columns of the rows equal to the dimension's")
+    asof: AsOfSpec | None = Field(default=None, description=(
+        "as-of join: per key, the latest dimension record at or before the row's timestamp, never a later one"))
     columns: dict[str, str] = Field(min_length=1, description="dimension column -> feature name")
+
+    @model_validator(mode="after")
+    def _keyed(self) -> JoinSpec:
+        if not self.keys and self.asof is None:
+            raise ValueError("a join needs keys, an asof timestamp, or both")
+        return self
+
+
+class Clip(_Strict):
+    min: float | None = None
+    max: float | None = None
+
+
+class Bucketize(_Strict):
+    buckets: int | None = Field(default=None, ge=2, le=1000, description="quantile buckets fitted on the training window")
+    edges: list[float] | None = Field(default=None, min_length=1, description="fixed, increasing bucket edges")
+
+    @model_validator(mode="after")
+    def _one(self) -> Bucketize:
+        if (self.buckets is None) == (self.edges is None):
+            raise ValueError("bucketize takes either buckets (fitted quantiles) or edges (fixed)")
+        if self.edges is not None and any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError(f"bucketize.edges must increase: {self.edges}")
+        return self
+
+
+class ClipStep(_Strict):
+    clip: Clip
+
+
+class BucketizeStep(_Strict):
+    bucketize: Bucketize
+
+
+NumericStep = Literal["log1p", "standardize"] | ClipStep | BucketizeStep
+
+
+class NumericFeature(_Strict):
+    name: str
+    transforms: list[NumericStep] = Field(default=["standardize"], description=(
+        "applied in order: log1p, clip {min, max}, then standardize (fitted mean and sd) or bucketize "
+        "(the bucket index becomes an embedded input)"))
+
+    @model_validator(mode="after")
+    def _order(self) -> NumericFeature:
+        last = [i for i, t in enumerate(self.transforms) if t == "standardize" or isinstance(t, BucketizeStep)]
+        if len(last) > 1 or (last and last[0] != len(self.transforms) - 1):
+            raise ValueError(f"{self.name}: standardize or bucketize comes once, last")
+        return self
+
+    @property
+    def bucketized(self) -> bool:
+        return any(isinstance(t, BucketizeStep) for t in self.transforms)
+
+
+class CategoricalFeature(_Strict):
+    name: str
+    encoding: Literal["vocabulary", "hash"] = "vocabulary"
+    min_frequency: int = Field(default=1, ge=1, description="vocabulary: rarer values go to the out-of-vocabulary index")
+    buckets: int | None = Field(default=None, ge=2, le=1_000_000, description="hash: the number of buckets")
+
+    @model_validator(mode="after")
+    def _buckets(self) -> CategoricalFeature:
+        if (self.encoding == "hash") != (self.buckets is not None):
+            raise ValueError(f"{self.name}: buckets goes with encoding: hash, and only with it")
+        return self
+
+
+TIME_PARTS = ("hour", "day_of_week", "month", "day_of_year", "holiday")
+
+
+class TimeSpec(_Strict):
+    column: str | None = Field(default=None, description="timestamp column (default: partitioning.timestamp_column)")
+    parts: list[Literal["hour", "day_of_week", "month", "day_of_year", "holiday"]] = Field(min_length=1)
+    prefix: str = Field(default="local_", description="output columns are <prefix><part>, in the partition's time zone")
+    holidays: HolidaySpec | None = Field(default=None, description="the calendar of the holiday part (its window_days counts)")
+
+    @model_validator(mode="after")
+    def _calendar(self) -> TimeSpec:
+        if "holiday" in self.parts and self.holidays is None:
+            raise ValueError("the holiday part needs holidays: {country: ...}")
+        return self
+
+    @property
+    def columns(self) -> list[str]:
+        return [f"{self.prefix}{p}" for p in self.parts]
+
+
+class RollingSpec(_Strict):
+    name: str = Field(description="the output column")
+    by: list[str] = Field(default=[], description="group columns (empty: over all rows)")
+    expression: str = Field(description="polars SQL expression over a past row, e.g. 'dep_delay >= 15'")
+    aggregate: Literal["mean", "sum", "count", "min", "max"] = "mean"
+    days: int = Field(ge=1, le=366, description="the previous days aggregated; the row's own day never is")
+
+    @property
+    def input_columns(self) -> list[str]:
+        return pl.sql_expr(self.expression).meta.root_names()
+
+
+class CustomTransform(_Strict):
+    function: str = Field(description="'package.module:function' taking and returning a polars LazyFrame")
+    columns: list[str] = Field(min_length=1, description="the columns it adds")
 
 
 class FeaturesSpec(_Strict):
-    numeric: list[str] = []
-    categorical: list[str] = []
+    numeric: list[NumericFeature] = []
+    categorical: list[CategoricalFeature] = []
     joins: list[JoinSpec] = []
+    time: TimeSpec | None = None
+    rolling: list[RollingSpec] = []
+    custom: list[CustomTransform] = []
+
+    @field_validator("numeric", "categorical", mode="before")
+    @classmethod
+    def _names_are_shorthand(cls, value):
+        return [{"name": v} if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _some(self) -> FeaturesSpec:
         if not self.numeric and not self.categorical:
             raise ValueError("declare at least one numeric or categorical feature")
-        both = set(self.numeric) & set(self.categorical)
-        if both:
-            raise ValueError(f"{sorted(both)} declared both numeric and categorical")
+        names = [f.name for f in [*self.numeric, *self.categorical]]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{twice} declared more than once (numeric and categorical are one list of inputs)")
+        for c in self.custom:
+            if not CUSTOM_CHECK.match(c.function):
+                raise ValueError(f"custom: {c.function!r} is not 'package.module:function'")
         return self
 
     @property
     def joined_columns(self) -> dict[str, str]:
         return {feature: join.dimension for join in self.joins for feature in join.columns.values()}
+
+    @property
+    def numeric_names(self) -> list[str]:
+        return [f.name for f in self.numeric]
+
+    @property
+    def categorical_names(self) -> list[str]:
+        return [f.name for f in self.categorical]
+
+    @property
+    def derived_columns(self) -> list[str]:
+        """Columns the build adds besides the raw ones: joins, time parts, rolling aggregates, custom."""
+        return [*self.joined_columns, *(self.time.columns if self.time else []),
+                *(r.name for r in self.rolling), *(c for t in self.custom for c in t.columns)]
 
 
 class TrainingSpec(_Strict):
@@ -341,24 +480,46 @@ class ModelSpec(_Strict):
         ts = self.partitioning.timestamp_column
         need([ts], "partitioning.timestamp_column", raw)
         need(self.target.input_columns, "target.expression", raw)
-        for i, join in enumerate(self.features.joins):
+        after = {c for c, col in self.data_schema.columns.items() if col.after_event}
+        forbidden = set(self.target.input_columns) | after
+        why = lambda cols: ", ".join(  # noqa: E731
+            f"{c!r} ({'an input of the target' if c in self.target.input_columns else 'known only after the event'})"
+            for c in sorted(cols))
+        feats = self.features
+        for i, join in enumerate(feats.joins):
+            where = f"features.joins[{i}]"
             if join.dimension not in self.source.dimensions:
-                raise ValueError(
-                    f"features.joins[{i}].dimension: {join.dimension!r} is not a source dimension "
-                    f"({sorted(self.source.dimensions)})"
-                )
-            need(join.keys, f"features.joins[{i}].keys", raw)
-        features = raw | set(self.features.joined_columns)
-        need(self.features.numeric, "features.numeric", features)
-        need(self.features.categorical, "features.categorical", features)
-        for col in self.features.numeric:
+                raise ValueError(f"{where}.dimension: {join.dimension!r} is not a source dimension "
+                                 f"({sorted(self.source.dimensions)})")
+            need(join.keys, f"{where}.keys", raw)
+            if join.asof:
+                need([join.asof.column], f"{where}.asof.column", raw)
+            if bad := forbidden & {*join.keys, *([join.asof.column] if join.asof else [])}:
+                raise ValueError(f"{where}: joining on {why(bad)} leaks the label")
+        if feats.time:
+            need([feats.time.column or ts], "features.time.column", raw)
+            if bad := forbidden & {feats.time.column or ts}:
+                raise ValueError(f"features.time.column: time parts of {why(bad)} leak the label")
+        for i, roll in enumerate(feats.rolling):
+            need(roll.by, f"features.rolling[{i}].by", raw)
+            need(roll.input_columns, f"features.rolling[{i}].expression", raw)
+            if bad := forbidden & set(roll.by):
+                raise ValueError(f"features.rolling[{i}].by: grouping by {why(bad)} leaks the label")
+        derived = feats.derived_columns
+        if clash := sorted({c for c in derived if c in raw or derived.count(c) > 1}):
+            raise ValueError(f"features: {clash} are made twice (a raw column, a join, a time part, a rolling "
+                             "aggregate or a custom transform's column)")
+        features = raw | set(derived)
+        need(feats.numeric_names, "features.numeric", features)
+        need(feats.categorical_names, "features.categorical", features)
+        for col in feats.numeric_names:
             if col in raw and self.data_schema.columns[col].dtype not in ("int64", "float64", "bool"):
                 raise ValueError(f"features.numeric: {col!r} has dtype {self.data_schema.columns[col].dtype}")
         if self.target.name in features:
             raise ValueError(f"target.name {self.target.name!r} collides with a column or feature")
-        leaked = set(self.target.input_columns) & set(self.features.numeric + self.features.categorical)
+        leaked = forbidden & set(feats.numeric_names + feats.categorical_names)
         if leaked:
-            raise ValueError(f"features: {sorted(leaked)} are inputs of the target expression: that leaks the label")
+            raise ValueError(f"features: {why(leaked)}: a feature from it leaks the label")
         need(self.evaluation.slice_columns, "evaluation.slice_columns", features)
         allowed = CLASSIFICATION_METRICS if self.target.task == "binary_classification" else REGRESSION_METRICS
         for where, metrics in (

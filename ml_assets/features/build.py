@@ -1,14 +1,33 @@
-"""Build one day's feature rows: join dimensions, derive the target, keep the declared columns."""
+"""Build feature rows from raw rows: joins (exact and as-of), time parts, rolling aggregates over past
+days, custom transforms, the target. Lazy polars throughout, so a long window can run on the
+streaming engine; the same code builds one day (the features asset) or a whole year (benchmarks).
+
+What is built here is stateless: the fitted part (means, vocabularies, bucket edges) is
+``ml_assets.features.state``, fitted on the training window only.
+
+Leakage, by construction:
+- columns that are target inputs or marked ``after_event`` are dropped before anything but the
+  rolling aggregates sees them (custom transforms never receive them);
+- as-of joins take, per key, the latest dimension record at or before the row's timestamp;
+- a rolling aggregate for a row on day D reads days D-n..D-1 only, never D or later.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-from ml_assets.spec import ModelSpec
+from ml_assets.calendar import holiday_near
+from ml_assets.sources import local_day
+from ml_assets.spec import FeaturesSpec, ModelSpec
 
 TIMESTAMP = "__timestamp"
+DAY = "__day"
+ROW = "__row"
 
 
 @dataclass(frozen=True)
@@ -23,31 +42,155 @@ class FeatureError(ValueError):
 
 
 def feature_columns(spec: ModelSpec) -> list[str]:
-    return [*spec.features.numeric, *spec.features.categorical]
+    return [*spec.features.numeric_names, *spec.features.categorical_names]
 
 
-def build_features(spec: ModelSpec, tables: dict[str, pl.DataFrame]) -> FeatureFrame:
-    rows = tables["rows"]
-    for i, join in enumerate(spec.features.joins):
-        dim = tables[join.dimension]
-        missing = [c for c in [*join.keys, *join.columns] if c not in dim.columns]
+def hidden_columns(spec: ModelSpec) -> list[str]:
+    """Raw columns no feature may see: the target's inputs and what is known only after the event."""
+    after = [c for c, col in spec.data_schema.columns.items() if col.after_event]
+    return sorted({*spec.target.input_columns, *after})
+
+
+def _utc(column: str, dtype: pl.DataType) -> pl.Expr:
+    col = pl.col(column)
+    if dtype == pl.String:
+        return col.str.to_datetime(time_zone="UTC", strict=True)
+    if isinstance(dtype, pl.Datetime):
+        return col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+    raise FeatureError(f"column {column!r} has dtype {dtype}; expected a datetime or an ISO string")
+
+
+def load_custom(target: str) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
+    module_name, attr = target.split(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise FeatureError(f"features.custom: cannot load {target!r}: {exc}") from None
+    if not callable(fn):
+        raise FeatureError(f"features.custom: {target!r} is not callable")
+    return fn
+
+
+def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame], ts: str) -> pl.LazyFrame:
+    for i, join in enumerate(feats.joins):
+        if join.dimension not in dims:
+            raise FeatureError(f"features.joins[{i}]: no table for dimension {join.dimension!r}")
+        dim = dims[join.dimension]
+        have = dim.collect_schema()
+        on = [join.asof.column] if join.asof else []
+        missing = [c for c in [*join.keys, *on, *join.columns] if c not in have]
         if missing:
             raise FeatureError(f"features.joins[{i}]: dimension {join.dimension!r} has no columns {missing}")
-        # One dimension row per key, so a join can never multiply the rows it enriches.
-        dim = (
-            dim.select([*join.keys, *join.columns])
-            .unique(subset=join.keys, keep="first", maintain_order=True)
-            .rename(join.columns)
-        )
-        rows = rows.join(dim, on=join.keys, how="left", coalesce=True)
-    target = spec.target
-    dtype = pl.Float32
-    labelled = rows.with_columns(pl.sql_expr(target.expression).cast(dtype).alias(target.name))
-    kept = labelled.filter(pl.col(target.name).is_not_null())
-    frame = kept.select(
-        pl.col(spec.partitioning.timestamp_column).alias(TIMESTAMP),
-        *[pl.col(c).cast(pl.Float64) for c in spec.features.numeric],
-        *[pl.col(c).cast(pl.String) for c in spec.features.categorical],
-        pl.col(target.name),
+        dim = dim.select([*join.keys, *on, *join.columns]).rename(join.columns)
+        if join.asof is None:
+            # One dimension row per key, so a join can never multiply the rows it enriches.
+            dim = dim.unique(subset=join.keys, keep="first", maintain_order=True)
+            rows = rows.join(dim, on=join.keys, how="left", coalesce=True, maintain_order="left")
+            continue
+        key = f"__asof_{i}"
+        left = rows.with_columns(_utc(join.asof.column, rows.collect_schema()[join.asof.column]).alias(key))
+        right = (dim.with_columns(_utc(join.asof.column, have[join.asof.column]).alias(key)).drop(join.asof.column)
+                 .drop_nulls(key).unique(subset=[*join.keys, key], keep="first", maintain_order=True).sort(key))
+        tolerance = dt.timedelta(hours=join.asof.tolerance_hours) if join.asof.tolerance_hours else None
+        rows = (left.sort(key)
+                .join_asof(right, on=key, by=join.keys or None, strategy="backward", tolerance=tolerance,
+                           check_sortedness=False)
+                .sort(ROW).drop(key))
+    return rows
+
+
+def _time_parts(spec: ModelSpec, rows: pl.LazyFrame) -> pl.LazyFrame:
+    time = spec.features.time
+    if time is None:
+        return rows
+    column = time.column or spec.partitioning.timestamp_column
+    local = _utc(column, rows.collect_schema()[column]).dt.convert_time_zone(spec.partitioning.timezone)
+    parts = {
+        "hour": local.dt.hour().cast(pl.Int64),
+        "day_of_week": local.dt.weekday().cast(pl.Int64),  # 1 = Monday
+        "month": local.dt.month().cast(pl.Int64),
+        "day_of_year": local.dt.ordinal_day().cast(pl.Int64),
+    }
+    if "holiday" in time.parts:
+        cal = time.holidays
+        assert cal is not None
+
+        def near_holiday(dates: pl.Series) -> pl.Series:  # a calendar lookup per distinct date, not per row
+            near = [d for d in dates.drop_nulls().unique().to_list()
+                    if holiday_near(d, cal.country, cal.subdivision, cal.window_days) is not None]
+            return dates.is_in(near).cast(pl.Int64).set(dates.is_null(), None)
+
+        parts["holiday"] = local.dt.date().map_batches(near_holiday, return_dtype=pl.Int64)
+    return rows.with_columns(parts[p].alias(f"{time.prefix}{p}") for p in time.parts)
+
+
+def _rolling(spec: ModelSpec, rows: pl.LazyFrame, past: pl.LazyFrame) -> pl.LazyFrame:
+    """Per row of day D and group: the aggregate over the rows of days D-n..D-1 (``past`` holds every
+    row that may be read, with its day in ``__day``; the rows' own day is excluded by construction)."""
+    for roll in spec.features.rolling:
+        value = pl.sql_expr(roll.expression).cast(pl.Float64).alias("__v")
+        daily = (past.select(*roll.by, DAY, value).filter(pl.col("__v").is_not_null())
+                 .group_by(*roll.by, DAY)
+                 .agg(pl.col("__v").sum().alias("__sum"), pl.len().alias("__n"),
+                      pl.col("__v").min().alias("__min"), pl.col("__v").max().alias("__max")))
+        # Day d's aggregate serves the rows of days d+1 .. d+n: shifted copies, then one group-by.
+        shifted = pl.concat([daily.with_columns((pl.col(DAY) + dt.timedelta(days=k)).alias(DAY))
+                             for k in range(1, roll.days + 1)])
+        agg = {"mean": pl.col("__sum").sum() / pl.col("__n").sum(), "sum": pl.col("__sum").sum(),
+               "count": pl.col("__n").sum().cast(pl.Float64), "min": pl.col("__min").min(),
+               "max": pl.col("__max").max()}[roll.aggregate]
+        window = shifted.group_by(*roll.by, DAY).agg(agg.alias(roll.name))
+        rows = rows.join(window, on=[*roll.by, DAY], how="left", coalesce=True, nulls_equal=True,
+                         maintain_order="left")
+    return rows
+
+
+def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame],
+               history: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """Raw rows (one or many days) -> feature rows: ``__timestamp``, the declared feature columns and
+    the target (null where the target is unknown). ``history`` holds raw rows of earlier days for
+    the rolling aggregates (those of the rows' own days are read from ``rows``)."""
+    feats, part = spec.features, spec.partitioning
+    ts = part.timestamp_column
+    schema = rows.collect_schema()
+    day = local_day(ts, schema[ts], part.timezone).alias(DAY)
+    rows = rows.with_row_index(ROW).with_columns(day)
+    if feats.rolling:
+        past = rows.drop(ROW) if history is None else pl.concat(
+            [history.with_columns(local_day(ts, history.collect_schema()[ts], part.timezone).alias(DAY)),
+             rows.drop(ROW)], how="diagonal_relaxed")
+    target = pl.sql_expr(spec.target.expression).cast(pl.Float32).alias(spec.target.name)
+    rows = rows.with_columns(target)
+    rows = _rolling(spec, rows, past) if feats.rolling else rows
+    rows = rows.drop(hidden_columns(spec))  # nothing below can see the label or the future
+    rows = _joins(feats, rows, dims, ts)
+    rows = _time_parts(spec, rows)
+    for custom in feats.custom:
+        before = rows.collect_schema().names()
+        rows = load_custom(custom.function)(rows)
+        if not isinstance(rows, pl.LazyFrame):
+            raise FeatureError(f"features.custom: {custom.function} returned {type(rows).__name__}, not a LazyFrame")
+        got = rows.collect_schema().names()
+        if missing := [c for c in custom.columns if c not in got]:
+            raise FeatureError(f"features.custom: {custom.function} did not add its declared columns {missing}")
+        if removed := [c for c in before if c not in got]:
+            raise FeatureError(f"features.custom: {custom.function} removed the columns {removed}")
+    return rows.select(
+        pl.col(ts).alias(TIMESTAMP),
+        *[pl.col(c).cast(pl.Float64) for c in feats.numeric_names],
+        *[pl.col(c).cast(pl.String) for c in feats.categorical_names],
+        pl.col(spec.target.name),
     )
-    return FeatureFrame(frame, rows.height, labelled.height - kept.height)
+
+
+def build_features(spec: ModelSpec, tables: dict[str, pl.DataFrame],
+                   history: pl.DataFrame | None = None) -> FeatureFrame:
+    """One batch in memory (the features asset's day): rows without a target are dropped and counted."""
+    rows = tables["rows"]
+    dims = {name: frame.lazy() for name, frame in tables.items() if name != "rows"}
+    try:
+        built = build_lazy(spec, rows.lazy(), dims, history.lazy() if history is not None else None).collect()
+    except pl.exceptions.PolarsError as exc:
+        raise FeatureError(f"building features of {spec.name}: {exc}") from None
+    kept = built.filter(pl.col(spec.target.name).is_not_null())
+    return FeatureFrame(kept, rows.height, built.height - kept.height)

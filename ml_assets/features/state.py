@@ -1,71 +1,159 @@
 """Fitted feature state and the one ``transform`` used by training, evaluation and batch inference.
 
-The state is plain JSON (means, standard deviations, vocabularies), fitted on the training window
-only, stored beside the checkpoint and inside the registered model.
+The state is plain JSON, fitted on the training window only: per numeric input its steps (log1p,
+clip), mean and standard deviation; per categorical input its encoding (a vocabulary with an
+out-of-vocabulary index, a stable hash into buckets, or the bucket edges of a bucketized numeric).
+Everything ``transform`` needs is in the state, so inference outside Dagster needs the state and
+the built feature rows, nothing else. It is stored beside the features, with the checkpoint and in
+the registered model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-STATE_VERSION = 1
-OOV = 0  # index 0 of every vocabulary: unknown or missing category
+from ml_assets.spec import BucketizeStep, ClipStep, FeaturesSpec, NumericFeature
+
+STATE_VERSION = 2
+OOV = 0  # index 0 of every categorical input: unknown, rare or missing
 
 
 @dataclass(frozen=True)
 class Encoded:
-    numeric: np.ndarray  # float32 [n, len(numeric)]
-    categorical: np.ndarray  # int64 [n, len(categorical)]
+    numeric: np.ndarray  # float32 [n, numeric inputs]
+    categorical: np.ndarray  # int64 [n, categorical inputs]
     target: np.ndarray | None  # float32 [n]
 
 
-def fit_state(frame: pl.DataFrame, numeric: list[str], categorical: list[str], target: str, task: str) -> dict:
-    if frame.height == 0:
+def _steps(feature: NumericFeature) -> list[dict]:
+    out = []
+    for step in feature.transforms:
+        if step == "log1p":
+            out.append({"log1p": True})
+        elif isinstance(step, ClipStep):
+            out.append({"clip": [step.clip.min, step.clip.max]})
+    return out
+
+
+def _pre(name: str, steps: list[dict]) -> pl.Expr:
+    """The stateless steps, in order; log1p of a value below -1 is missing."""
+    expr = pl.col(name).cast(pl.Float64)
+    for step in steps:
+        if "log1p" in step:
+            expr = pl.when(expr > -1).then(expr.log1p())
+        elif "clip" in step:
+            low, high = step["clip"]
+            expr = expr.clip(low, high)
+    return expr.fill_nan(None)
+
+
+def stable_hash(value: str, buckets: int) -> int:
+    """1..buckets, the same on every machine and polars version (not polars' own hash)."""
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little") % buckets + 1
+
+
+def _hash_batch(values: pl.Series, buckets: int) -> pl.Series:
+    uniques = values.drop_nulls().unique().to_list()
+    codes = [stable_hash(v, buckets) for v in uniques]
+    return values.replace_strict(uniques, codes, default=OOV, return_dtype=pl.Int64)
+
+
+def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target: str, task: str) -> dict:
+    """Fit on the training window (a DataFrame, or a LazyFrame fitted with the streaming engine)."""
+    lazy = frame.lazy()
+    rows = lazy.select(pl.len()).collect(engine="streaming").item()
+    if rows == 0:
         raise ValueError("cannot fit feature state on an empty training window")
-    # Lists, not mappings: the column order is the model's input order and must survive JSON.
+    # One pass for every numeric statistic.
     stats = []
-    for col in numeric:
-        values = frame[col].drop_nulls()
-        mean = float(values.mean()) if len(values) else 0.0
-        std = float(values.std()) if len(values) > 1 else 1.0
-        stats.append({"name": col, "mean": mean, "std": std if std and np.isfinite(std) and std > 1e-12 else 1.0})
-    vocab = [{"name": col, "vocabulary": sorted(frame[col].drop_nulls().unique().to_list())} for col in categorical]
-    return {
-        "version": STATE_VERSION,
-        "task": task,
-        "target": target,
-        "numeric": stats,
-        "categorical": vocab,
-        "rows_fitted": frame.height,
-    }
+    for f in features.numeric:
+        x = _pre(f.name, _steps(f))
+        if f.bucketized:
+            bucket = next(t.bucketize for t in f.transforms if isinstance(t, BucketizeStep))
+            if bucket.edges is not None:
+                stats.append(pl.lit(None).alias(f"{f.name}|edges"))
+            else:
+                qs = [i / bucket.buckets for i in range(1, bucket.buckets)]
+                stats.append(pl.concat_list([x.quantile(q, "linear") for q in qs]).alias(f"{f.name}|edges"))
+        else:
+            stats += [x.mean().alias(f"{f.name}|mean"), x.std().alias(f"{f.name}|std")]
+    fitted = lazy.select(stats).collect(engine="streaming").row(0, named=True) if stats else {}
+    numeric, categorical = [], []
+    for f in features.numeric:
+        if f.bucketized:
+            bucket = next(t.bucketize for t in f.transforms if isinstance(t, BucketizeStep))
+            edges = bucket.edges if bucket.edges is not None else sorted(
+                {float(e) for e in (fitted[f"{f.name}|edges"] or []) if e is not None})
+            categorical.append({"name": f.name, "encoding": "buckets", "steps": _steps(f), "edges": edges})
+            continue
+        mean, std = fitted[f"{f.name}|mean"], fitted[f"{f.name}|std"]
+        numeric.append({"name": f.name, "steps": _steps(f), "mean": float(mean) if mean is not None else 0.0,
+                        "std": float(std) if std is not None and np.isfinite(std) and std > 1e-12 else 1.0})
+    for f in features.categorical:
+        if f.encoding == "hash":
+            categorical.append({"name": f.name, "encoding": "hash", "buckets": f.buckets})
+            continue
+        counts = (lazy.select(pl.col(f.name).cast(pl.String)).drop_nulls().group_by(f.name).len()
+                  .filter(pl.col("len") >= f.min_frequency).collect(engine="streaming"))
+        categorical.append({"name": f.name, "encoding": "vocabulary", "min_frequency": f.min_frequency,
+                            "vocabulary": sorted(counts[f.name].to_list())})
+    # Lists, not mappings: the order is the model's input order and must survive JSON.
+    return {"version": STATE_VERSION, "task": task, "target": target, "numeric": numeric,
+            "categorical": categorical, "rows_fitted": rows}
 
 
 def state_bytes(state: dict) -> bytes:
     return json.dumps(state, sort_keys=True, indent=1).encode()
 
 
+def _numeric_expr(s: dict) -> pl.Expr:
+    return ((_pre(s["name"], s["steps"]) - s["mean"]) / s["std"]).fill_null(0.0).alias(s["name"])
 
-def transform(frame: pl.DataFrame, state: dict) -> Encoded:
-    """Raw feature columns -> model inputs. Missing numerics become the training mean."""
+
+def _categorical_expr(c: dict) -> pl.Expr:
+    name = c["name"]
+    if c["encoding"] == "vocabulary":
+        vocab = c["vocabulary"]
+        return pl.col(name).cast(pl.String).replace_strict(
+            vocab, list(range(1, len(vocab) + 1)), default=OOV, return_dtype=pl.Int64).alias(name)
+    if c["encoding"] == "hash":
+        buckets = c["buckets"]
+        return pl.col(name).cast(pl.String).map_batches(lambda s: _hash_batch(s, buckets),
+                                                        return_dtype=pl.Int64).alias(name)
+    x = _pre(name, c["steps"])  # buckets: 1 + the number of edges at or below the value
+    index = pl.sum_horizontal([(x >= e).cast(pl.Int64) for e in c["edges"]]) + 1 if c["edges"] else pl.lit(1)
+    return pl.when(x.is_null()).then(OOV).otherwise(index).cast(pl.Int64).alias(name)
+
+
+def _check(state: dict, columns: list[str]) -> None:
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"feature state version {state.get('version')!r} is not {STATE_VERSION}")
-    numeric, categorical = state["numeric"], state["categorical"]
-    missing = [c["name"] for c in [*numeric, *categorical] if c["name"] not in frame.columns]
+    missing = [c["name"] for c in [*state["numeric"], *state["categorical"]] if c["name"] not in columns]
     if missing:
         raise ValueError(f"rows lack the feature columns {missing}")
-    num = frame.select(
-        ((pl.col(s["name"]).cast(pl.Float64) - s["mean"]) / s["std"]).fill_null(0.0).fill_nan(0.0)
-        for s in numeric
-    )
-    cat = frame.select(
-        pl.col(c["name"]).cast(pl.String).replace_strict(
-            c["vocabulary"], list(range(1, len(c["vocabulary"]) + 1)), default=OOV, return_dtype=pl.Int64)
-        for c in categorical
-    )
+
+
+def transform_lazy(frame: pl.LazyFrame, state: dict) -> pl.LazyFrame:
+    """Built feature rows -> encoded columns (numeric inputs, then categorical inputs, then the target
+    when present), lazily: large windows run on the streaming engine."""
+    _check(state, frame.collect_schema().names())
+    target = state["target"]
+    extra = [pl.col(target).cast(pl.Float32)] if target in frame.collect_schema().names() else []
+    return frame.select(*map(_numeric_expr, state["numeric"]), *map(_categorical_expr, state["categorical"]), *extra)
+
+
+def transform(frame: pl.DataFrame, state: dict) -> Encoded:
+    """Built feature rows -> model inputs. A missing numeric becomes the training mean (0 once
+    standardized); an unknown, rare or missing category the out-of-vocabulary index."""
+    _check(state, frame.columns)
+    numeric, categorical = state["numeric"], state["categorical"]
+    num = frame.select(map(_numeric_expr, numeric))
+    cat = frame.select(map(_categorical_expr, categorical))
     target = state["target"]
     y = frame[target].cast(pl.Float32).to_numpy(writable=True) if target in frame.columns else None
     return Encoded(
@@ -76,5 +164,13 @@ def transform(frame: pl.DataFrame, state: dict) -> Encoded:
 
 
 def cardinalities(state: dict) -> list[int]:
-    """Embedding table sizes: the vocabulary plus the out-of-vocabulary index."""
-    return [len(c["vocabulary"]) + 1 for c in state["categorical"]]
+    """Embedding table sizes, the out-of-vocabulary index included."""
+    sizes = []
+    for c in state["categorical"]:
+        if c["encoding"] == "vocabulary":
+            sizes.append(len(c["vocabulary"]) + 1)
+        elif c["encoding"] == "hash":
+            sizes.append(c["buckets"] + 1)
+        else:
+            sizes.append(len(c["edges"]) + 2)
+    return sizes

@@ -30,10 +30,22 @@ DAY = "__day"
 EPS = 1e-4
 
 
-def psi(reference: pl.Series, current: pl.Series) -> float:
+OTHER = "(other)"
+MIN_SHARE = 0.01
+
+
+def psi(reference: pl.Series, current: pl.Series, min_share: float = MIN_SHARE) -> float:
+    """Population stability index. Categories under ``min_share`` of the reference (and categories
+    the reference never had) are pooled as one "(other)" category: with thousands of rare values (tail
+    numbers) the index would otherwise measure sampling noise; a new value taking a large share still
+    moves "(other)" and shows."""
     ref = reference.fill_null("(null)").value_counts(normalize=True, name="p")
-    cur = current.fill_null("(null)").value_counts(normalize=True, name="q")
     name = reference.name
+    common = ref.filter(pl.col("p") >= min_share)[name]
+    pool = lambda s: s.fill_null("(null)").alias(name).to_frame().select(  # noqa: E731
+        pl.when(pl.col(name).is_in(common.implode())).then(pl.col(name)).otherwise(pl.lit(OTHER)).alias(name))[name]
+    ref = pool(reference).value_counts(normalize=True, name="p")
+    cur = pool(current).value_counts(normalize=True, name="q")
     both = ref.join(cur, on=name, how="full", coalesce=True).fill_null(0.0)
     p = np.clip(both["p"].to_numpy(), EPS, None)
     q = np.clip(both["q"].to_numpy(), EPS, None)
@@ -43,8 +55,8 @@ def psi(reference: pl.Series, current: pl.Series) -> float:
 def drift_columns(spec: ModelSpec) -> tuple[list[str], list[str]]:
     """The declared feature inputs present in the raw rows (never the target's inputs)."""
     raw = spec.data_schema.columns
-    numeric = [c for c in spec.features.numeric if c in raw and raw[c].dtype in ("int64", "float64")]
-    categorical = [c for c in spec.features.categorical if c in raw]
+    numeric = [c for c in spec.features.numeric_names if c in raw and raw[c].dtype in ("int64", "float64")]
+    categorical = [c for c in spec.features.categorical_names if c in raw]
     return numeric, categorical
 
 

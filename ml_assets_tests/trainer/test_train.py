@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ml_assets.features.state import fit_state, state_bytes
+from ml_assets.spec import FeaturesSpec
 from ml_assets.storage import IntegrityError
 from ml_assets.trainer.checkpoint import load_checkpoint
 from ml_assets.trainer.config import DataRef, TrainConfig
@@ -38,7 +39,7 @@ def trained(tmp_path_factory) -> tuple[TrainConfig, Path, subprocess.CompletedPr
     train, val = _frame(rng, 3000), _frame(rng, 501)  # an odd count: ranks get unequal shards
     train.write_parquet(root / "train.parquet")
     val.write_parquet(root / "val.parquet")
-    state = fit_state(train, ["x", "noise"], ["group"], "label", "binary_classification")
+    state = fit_state(train, FeaturesSpec(numeric=["x", "noise"], categorical=["group"]), "label", "binary_classification")
     (root / "state.json").write_bytes(state_bytes(state))
     cfg = TrainConfig(
         model="toy", task="binary_classification", train_files=[_ref(root / "train.parquet")],

@@ -57,8 +57,7 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         from ml_assets.trainer.data import read_frame  # torch: imported when training runs
 
         # Fitted only on the training days: validation and test rows never shape the transform.
-        state = feature_state.fit_state(read_frame(train_refs), spec.features.numeric, spec.features.categorical,
-                                        spec.target.name, spec.target.task)
+        state = feature_state.fit_state(read_frame(train_refs), spec.features, spec.target.name, spec.target.task)
         state_ref = artifacts.put(f"{spec.name}/feature_state/date={day.isoformat()}", feature_state.state_bytes(state), ".json")
         training = spec.training
         cfg = TrainConfig(
