@@ -31,11 +31,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import polars as pl
+from polars.testing import assert_frame_equal
 
 from benchmarks.validation import PeakRSS
 from ml_assets.calendar import holiday_near
-from ml_assets.features.build import build_lazy
+from ml_assets.features.build import build_features, build_lazy
 from ml_assets.features.state import OOV, fit_state, stable_hash, transform, transform_lazy
+from ml_assets.features.window import featurize_out_of_core
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.sources import _bundled_table
 from ml_assets.spec import ModelSpec, load_spec
@@ -50,28 +52,21 @@ def replicated(copies: int) -> pl.DataFrame:
 
 
 def polars_pipeline(spec: ModelSpec, rows: pl.DataFrame, dims: dict[str, pl.DataFrame]) -> tuple[np.ndarray, np.ndarray]:
-    built = build_lazy(spec, rows.lazy(), {k: v.lazy() for k, v in dims.items()}).collect()
-    built = built.filter(pl.col(spec.target.name).is_not_null())
+    built = build_features(spec, {"rows": rows, **dims}).frame  # in memory; rows without a target dropped
     state = fit_state(built, spec.features, spec.target.name, spec.target.task)
     encoded = transform(built, state)
     return encoded.numeric, encoded.categorical
 
 
 def polars_streaming(spec: ModelSpec, rows_path: Path, dims: dict[str, Path], out: Path) -> None:
-    """Out of core: every step reads Parquet lazily and sinks its result on the streaming engine."""
-    lazy_dims = {k: pl.scan_parquet(v) for k, v in dims.items()}
-    built_path = out / "built.parquet"
-    (build_lazy(spec, pl.scan_parquet(rows_path), lazy_dims)
-     .filter(pl.col(spec.target.name).is_not_null())
-     .sink_parquet(built_path, engine="streaming"))
-    state = fit_state(pl.scan_parquet(built_path), spec.features, spec.target.name, spec.target.task)
-    transform_lazy(pl.scan_parquet(built_path), state).sink_parquet(out / "encoded.parquet", engine="streaming")
+    """Out of core: ``featurize_out_of_core`` (every step reads Parquet lazily and sinks on the streaming engine)."""
+    featurize_out_of_core(spec, rows_path, dims, out)
 
 
 def polars_in_memory(spec: ModelSpec, rows_path: Path, dims: dict[str, Path], out: Path) -> None:
     """The same steps, each collected in memory."""
     lazy_dims = {k: pl.read_parquet(v).lazy() for k, v in dims.items()}
-    built = (build_lazy(spec, pl.read_parquet(rows_path).lazy(), lazy_dims)
+    built = (build_lazy(spec, pl.read_parquet(rows_path).lazy(), lazy_dims, streaming=False)
              .filter(pl.col(spec.target.name).is_not_null()).collect(engine="in-memory"))
     state = fit_state(built, spec.features, spec.target.name, spec.target.task)
     transform_lazy(built.lazy(), state).collect(engine="in-memory").write_parquet(out / "encoded.parquet")
@@ -100,12 +95,12 @@ def pandas_pipeline(spec: ModelSpec, rows: pd.DataFrame, dims: dict[str, pd.Data
     df = df.merge(planes, on="tailnum", how="left")
     weather = dims["weather"][["origin", "time_hour", "temp", "wind_speed", "precip", "visib"]].copy()
     weather["__ts"] = pd.to_datetime(weather.pop("time_hour"), utc=True)
-    weather = weather.dropna(subset=["__ts"]).drop_duplicates(["origin", "__ts"]).sort_values("__ts")
-    df["__ts"], df["__row"] = ts.values, np.arange(len(df))
-    df = pd.merge_asof(df.sort_values("__ts"), weather, on="__ts", by="origin", direction="backward",
+    weather = weather.dropna(subset=["__ts"]).drop_duplicates(["origin", "__ts"]).sort_values("__ts", kind="stable")
+    df["__ts"], df["__row"] = ts.reset_index(drop=True), np.arange(len(df))
+    df = pd.merge_asof(df.sort_values("__ts", kind="stable"), weather, on="__ts", by="origin", direction="backward",
                        tolerance=pd.Timedelta(hours=3)).sort_values("__row")
     local = df["__ts"].dt.tz_convert(tz)
-    df["local_day_of_week"] = local.dt.dayofweek + 1
+    df["local_day_of_week"] = local.dt.day_of_week + 1
     df["local_month"] = local.dt.month
     cal = feats.time.holidays
     dates = local.dt.date
@@ -151,12 +146,27 @@ def timed(fn, runs: int) -> float:
     return statistics.median(samples)
 
 
-def _compare(spec: ModelSpec, copies: int, dims: dict, pd_dims: dict, runs: int) -> float:
+def _available_mib() -> float:
+    with open("/proc/meminfo") as fh:
+        info = dict(line.split(":", 1) for line in fh)
+    return int(info["MemAvailable"].split()[0]) / 1024
+
+
+def _compare(spec: ModelSpec, copies: int, dims: dict, pd_dims: dict, runs: int) -> float | None:
+    """pandas time / polars time at this size; None when pandas would not fit in memory."""
     rows = replicated(copies)
-    frame = rows.to_pandas()
     t_pl = timed(lambda: polars_pipeline(spec, rows, dims), runs)
-    t_pd = timed(lambda: pandas_pipeline(spec, frame, pd_dims), 1 if copies >= 100 else runs)
-    print(f"{copies:>3}x ({rows.height:>11,} rows): polars {t_pl:7.2f} s, pandas {t_pd:7.2f} s: {t_pd / t_pl:.1f}x",
+    # pandas holds the rows as Python strings, and its merges copy the frame: about 3 frames at its peak.
+    need = replicated(1).to_pandas().memory_usage(deep=True).sum() / 2**20 * copies * 3
+    if need > 0.8 * _available_mib():
+        print(f"{copies:>3}x ({rows.height:>11,} rows): polars {t_pl:7.2f} s; pandas not run: it would need about "
+              f"{need / 1024:.0f} GiB (3 copies of its frame), {_available_mib() / 1024:.0f} GiB are available",
+              flush=True)
+        return None
+    frame = rows.to_pandas()
+    rows = None  # only one copy of the data in memory while pandas runs
+    t_pd = timed(lambda: pandas_pipeline(spec, frame, pd_dims), runs)
+    print(f"{copies:>3}x ({len(frame):>11,} rows): polars {t_pl:7.2f} s, pandas {t_pd:7.2f} s: {t_pd / t_pl:.1f}x",
           flush=True)
     return t_pd / t_pl
 
@@ -178,7 +188,10 @@ def main() -> None:
     assert np.array_equal(cat_pl, cat_pd), "categorical inputs differ"
     print(f"pandas and polars give the same model inputs on the bundled year ({num_pl.shape[0]:,} rows)")
 
-    speedups = {copies: _compare(spec, copies, dims, pd_dims, runs) for copies in sizes}
+    speedups = {}
+    for copies in sizes:
+        speedups[copies] = _compare(spec, copies, dims, pd_dims, runs)
+        gc.collect()
 
     with tempfile.TemporaryDirectory(prefix="bench-features-") as tmp:
         root = Path(tmp)
@@ -195,13 +208,15 @@ def main() -> None:
         gc.collect()
         with PeakRSS() as in_memory:
             polars_in_memory(spec, rows_path, dim_paths, root)
-        assert streamed.equals(pl.read_parquet(root / "encoded.parquet")), "streaming and in-memory outputs differ"
+        # The same rows in the same order; floats equal up to summation order (mean and sd by morsels).
+        assert_frame_equal(streamed, pl.read_parquet(root / "encoded.parquet"), check_exact=False, rel_tol=1e-9,
+                           abs_tol=1e-9)
     ratio = streaming.mib / in_memory.mib
     print(f"{memory_copies}x from Parquet: streaming peak +{streaming.mib:,.0f} MiB, in-memory peak "
           f"+{in_memory.mib:,.0f} MiB (same output)")
     goal = 10 if 10 in speedups else max(speedups)
     print(f"RESULT features_memory_ratio {ratio:.3f} goal <= 0.5")
-    print(f"RESULT features_polars_speedup {speedups[goal]:.2f} goal >= 5")
+    print(f"RESULT features_polars_speedup {speedups[goal]:.2f} goal >= 5")  # at 10x (--quick: at 2x)
 
 
 if __name__ == "__main__":

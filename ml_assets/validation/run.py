@@ -77,7 +77,8 @@ def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[
     outcomes = schema_checks(spec.data_schema, rows)
     outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume, day)
     part = spec.partitioning
-    outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness)
+    outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness,
+                                         part.timestamp_format)
     # Drift describes the valid rows: rows already failing a row-level check are reported there.
     invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if not outcomes[k].passed))
     valid = without_rows(rows, invalid)

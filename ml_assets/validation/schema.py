@@ -8,13 +8,11 @@ from __future__ import annotations
 import pandera.polars as pa
 import polars as pl
 
-from ml_assets.spec import DataSchema
+from ml_assets.spec import POLARS_DTYPES, DataSchema
 from ml_assets.validation.names import KEYS, NULLS, RANGES, SCHEMA
 from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
 
-DTYPES: dict[str, type[pl.DataType]] = {
-    "int64": pl.Int64, "float64": pl.Float64, "string": pl.String, "bool": pl.Boolean, "datetime": pl.Datetime,
-}
+DTYPES = POLARS_DTYPES
 
 
 def build_schema(schema: DataSchema) -> pa.DataFrameSchema:
