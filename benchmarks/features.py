@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import multiprocessing
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -152,6 +154,30 @@ def _available_mib() -> float:
     return int(info["MemAvailable"].split()[0]) / 1024
 
 
+def _in_memory_run(spec: ModelSpec, rows_path: Path, dims: dict[str, Path], out: Path, peak) -> None:
+    base = PeakRSS._rss()
+
+    def report() -> None:  # the peak so far, where the parent can read it even if this process is killed
+        while True:
+            peak.value = max(peak.value, (PeakRSS._rss() - base) / 2**20)
+            time.sleep(0.005)
+
+    threading.Thread(target=report, daemon=True).start()
+    polars_in_memory(spec, rows_path, dims, out)
+    peak.value = max(peak.value, (PeakRSS._rss() - base) / 2**20)
+
+
+def _in_memory_child(spec: ModelSpec, rows_path: Path, dims: dict[str, Path], out: Path) -> tuple[float, bool]:
+    """The in-memory run in a child process, so that running out of memory (it does at 100x on a
+    24 GiB machine) is a measurement instead of the end of the benchmark. Returns (peak MiB, completed)."""
+    ctx = multiprocessing.get_context("spawn")  # not fork: polars' thread pool does not survive it
+    peak = ctx.Value("d", 0.0)
+    child = ctx.Process(target=_in_memory_run, args=(spec, rows_path, dims, out, peak))
+    child.start()
+    child.join()
+    return peak.value, child.exitcode == 0
+
+
 def _compare(spec: ModelSpec, copies: int, dims: dict, pd_dims: dict, runs: int) -> float | None:
     """pandas time / polars time at this size; None when pandas would not fit in memory."""
     rows = replicated(copies)
@@ -205,15 +231,15 @@ def main() -> None:
             polars_streaming(spec, rows_path, dim_paths, root)
         streamed = pl.read_parquet(root / "encoded.parquet")
         (root / "encoded.parquet").unlink()
-        gc.collect()
-        with PeakRSS() as in_memory:
-            polars_in_memory(spec, rows_path, dim_paths, root)
-        # The same rows in the same order; floats equal up to summation order (mean and sd by morsels).
-        assert_frame_equal(streamed, pl.read_parquet(root / "encoded.parquet"), check_exact=False, rel_tol=1e-9,
-                           abs_tol=1e-9)
-    ratio = streaming.mib / in_memory.mib
-    print(f"{memory_copies}x from Parquet: streaming peak +{streaming.mib:,.0f} MiB, in-memory peak "
-          f"+{in_memory.mib:,.0f} MiB (same output)")
+        in_memory_mib, completed = _in_memory_child(spec, rows_path, dim_paths, root)
+        if completed:
+            # The same rows in the same order; floats equal up to summation order (mean and sd by morsels).
+            assert_frame_equal(streamed, pl.read_parquet(root / "encoded.parquet"), check_exact=False,
+                               rel_tol=1e-9, abs_tol=1e-9)
+    ratio = streaming.mib / in_memory_mib
+    print(f"{memory_copies}x from Parquet: streaming peak +{streaming.mib:,.0f} MiB; in-memory "
+          + (f"peak +{in_memory_mib:,.0f} MiB (same output)" if completed else
+             f"killed for lack of memory at +{in_memory_mib:,.0f} MiB (so the ratio below is an upper bound)"))
     goal = 10 if 10 in speedups else max(speedups)
     print(f"RESULT features_memory_ratio {ratio:.3f} goal <= 0.5")
     print(f"RESULT features_polars_speedup {speedups[goal]:.2f} goal >= 5")  # at 10x (--quick: at 2x)
