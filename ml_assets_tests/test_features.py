@@ -315,11 +315,11 @@ def test_the_features_code_version_follows_the_feature_section_and_the_transform
     assert version(edited) != base
     # A custom transform's source is part of it: editing the function changes the version.
     module = tmp_path / "my_transforms.py"
-    module.write_text("def route(f):\n    return f.with_columns((f['origin'] + f['dest']).alias('route'))\n")
+    module.write_text("import polars as pl\n\ndef route(f):\n    return f.with_columns(pl.concat_str('origin', 'dest').alias('route'))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     custom = copy.deepcopy(data)
     custom["features"]["custom"] = [{"function": "my_transforms:route", "columns": ["route"]}]
     custom["features"]["categorical"].append({"name": "route"})
     first = version(custom)
-    module.write_text("def route(f):\n    return f.with_columns((f['dest'] + f['origin']).alias('route'))\n")
+    module.write_text("import polars as pl\n\ndef route(f):\n    return f.with_columns(pl.concat_str('dest', 'origin').alias('route'))\n")
     assert version(custom) != first != base

@@ -173,7 +173,8 @@ def dated(spec: ModelSpec, frame: pl.LazyFrame, streaming: bool = False) -> pl.L
     return frame.with_columns(wall.alias(LOCAL)).with_columns(pl.col(LOCAL).dt.date().alias(DAY))
 
 
-def _in_memory(frame: pl.LazyFrame) -> pl.LazyFrame:
+def collect_each_step(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """A ``stage`` for ``build_lazy``: collect in memory between steps (fast when the rows fit)."""
     return frame.collect(engine="in-memory").lazy()
 
 
@@ -231,7 +232,7 @@ def build_features(spec: ModelSpec, tables: dict[str, pl.DataFrame],
     dims = {name: frame.lazy() for name, frame in tables.items() if name != "rows"}
     try:
         built = build_lazy(spec, rows.lazy(), dims, history.lazy() if history is not None else None,
-                           streaming=False, stage=_in_memory).collect(engine="in-memory")
+                           streaming=False, stage=collect_each_step).collect(engine="in-memory")
     except pl.exceptions.PolarsError as exc:
         raise FeatureError(f"building features of {spec.name}: {exc}") from None
     kept = built.filter(pl.col(spec.target.name).is_not_null())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ml_assets.features.build import _in_memory, build_lazy
+from ml_assets.features.build import build_lazy, collect_each_step
 from ml_assets.features.state import Encoded, transform
 from ml_assets.spec import ModelSpec
 
@@ -23,5 +23,5 @@ def featurize(spec: ModelSpec, tables: dict[str, pl.DataFrame], history: pl.Data
               state: dict) -> Encoded:
     dims = {name: frame.lazy() for name, frame in tables.items() if name != "rows"}
     built = build_lazy(spec, tables["rows"].lazy(), dims, history.lazy() if history is not None else None,
-                       streaming=False, stage=_in_memory).collect(engine="in-memory")
+                       streaming=False, stage=collect_each_step).collect(engine="in-memory")
     return transform(built.drop(spec.target.name), state)
