@@ -138,14 +138,17 @@ def pandas_pipeline(spec: ModelSpec, rows: pd.DataFrame, dims: dict[str, pd.Data
     return np.column_stack(numeric).astype(np.float32), np.column_stack(categorical).astype(np.int64)
 
 
-def timed(fn, runs: int) -> float:
-    samples = []
+def timed(fns: dict, runs: int) -> dict[str, float]:
+    """Median seconds of each function, the functions taking turns run by run (a slow spell of this
+    shared machine then hits all of them, not one)."""
+    samples = {name: [] for name in fns}
     for _ in range(runs):
-        gc.collect()
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
+        for name, fn in fns.items():
+            gc.collect()
+            started = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _available_mib() -> float:
@@ -181,20 +184,20 @@ def _in_memory_child(spec: ModelSpec, rows_path: Path, dims: dict[str, Path], ou
 def _compare(spec: ModelSpec, copies: int, dims: dict, pd_dims: dict, runs: int) -> float | None:
     """pandas time / polars time at this size; None when pandas would not fit in memory."""
     rows = replicated(copies)
-    t_pl = timed(lambda: polars_pipeline(spec, rows, dims), runs)
     # pandas holds the rows as Python strings, and its merges copy the frame: about 3 frames at its peak.
     need = replicated(1).to_pandas().memory_usage(deep=True).sum() / 2**20 * copies * 3
     if need > 0.8 * _available_mib():
+        t_pl = timed({"polars": lambda: polars_pipeline(spec, rows, dims)}, runs)["polars"]
         print(f"{copies:>3}x ({rows.height:>11,} rows): polars {t_pl:7.2f} s; pandas not run: it would need about "
               f"{need / 1024:.0f} GiB (3 copies of its frame), {_available_mib() / 1024:.0f} GiB are available",
               flush=True)
         return None
     frame = rows.to_pandas()
-    rows = None  # only one copy of the data in memory while pandas runs
-    t_pd = timed(lambda: pandas_pipeline(spec, frame, pd_dims), runs)
-    print(f"{copies:>3}x ({len(frame):>11,} rows): polars {t_pl:7.2f} s, pandas {t_pd:7.2f} s: {t_pd / t_pl:.1f}x",
-          flush=True)
-    return t_pd / t_pl
+    t = timed({"polars": lambda: polars_pipeline(spec, rows, dims),
+               "pandas": lambda: pandas_pipeline(spec, frame, pd_dims)}, runs)
+    print(f"{copies:>3}x ({len(frame):>11,} rows): polars {t['polars']:7.2f} s, pandas {t['pandas']:7.2f} s: "
+          f"{t['pandas'] / t['polars']:.1f}x", flush=True)
+    return t["pandas"] / t["polars"]
 
 
 def main() -> None:
