@@ -68,3 +68,18 @@ def sanitize_branch_part(text: str) -> str:
 def repo_for_model(model: str) -> str:
     """The version-store repository of a model (lakeFS repository ids allow no underscores)."""
     return check_repo_name(check_model_name(model).replace("_", "-"))
+
+
+def load_callable(target: str):
+    """The function named 'package.module:function' (custom checks, custom transforms); ValueError
+    saying why when it cannot be imported or is not callable."""
+    import importlib
+
+    module_name, attr = target.split(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot be loaded: {exc}") from None
+    if not callable(fn):
+        raise ValueError("is not a function")
+    return fn

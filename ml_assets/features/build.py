@@ -15,13 +15,13 @@ Leakage, by construction:
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
 from ml_assets.calendar import holiday_near
+from ml_assets.names import load_callable
 from ml_assets.sources import SourceError, utc_timestamp
 from ml_assets.spec import POLARS_DTYPES, FeaturesSpec, ModelSpec
 
@@ -61,14 +61,10 @@ def _utc(column: str, dtype: pl.DataType, fmt: str | None = None) -> pl.Expr:
 
 
 def load_custom(target: str) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
-    module_name, attr = target.split(":")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise FeatureError(f"features.custom: cannot load {target!r}: {exc}") from None
-    if not callable(fn):
-        raise FeatureError(f"features.custom: {target!r} is not callable")
-    return fn
+        return load_callable(target)
+    except ValueError as exc:
+        raise FeatureError(f"features.custom: {target!r} {exc}") from None
 
 
 def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame], ts: str,

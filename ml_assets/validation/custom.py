@@ -7,11 +7,11 @@ the whole day.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 import polars as pl
 
+from ml_assets.names import load_callable
 from ml_assets.validation.names import custom_check_name
 from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
 
@@ -26,14 +26,10 @@ check_name = custom_check_name
 
 
 def load_check(target: str) -> CustomCheck:
-    module_name, attr = target.split(":")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise CustomCheckError(f"custom check {target!r} cannot be loaded: {exc}") from None
-    if not callable(fn):
-        raise CustomCheckError(f"custom check {target!r} is not a function")
-    return fn
+        return load_callable(target)
+    except ValueError as exc:
+        raise CustomCheckError(f"custom check {target!r} {exc}") from None
 
 
 def run_custom(target: str, rows: pl.DataFrame) -> CheckOutcome:

@@ -24,6 +24,8 @@ def build_features_asset(spec: ModelSpec) -> dg.AssetsDefinition:
     snapshot_key = asset_key(spec, "validated_snapshot")
     # The spec's feature section and every module a feature row depends on, custom transforms included:
     # editing any of them marks features (and what is downstream) changed in the UI.
+    for transform in spec.features.custom:
+        build.load_custom(transform.function)  # an unloadable transform fails definitions loading, not a run
     custom = [c.function.split(":")[0] for c in spec.features.custom]
     version = code_version(spec, ("features", "target", "partitioning"), "ml_assets.features.build",
                            "ml_assets.features.state", "ml_assets.calendar", *custom)
