@@ -59,18 +59,8 @@ def replicated(copies: int, seed: int = 13) -> pl.DataFrame:
 
 
 def pandas_schema(schema: DataSchema) -> ppa.DataFrameSchema:
-    """The schema ``build_schema`` generates, declared with pandera's pandas API."""
-    columns = {}
-    for name, col in schema.columns.items():
-        checks = []
-        if col.min is not None:
-            checks.append(ppa.Check.ge(col.min))
-        if col.max is not None:
-            checks.append(ppa.Check.le(col.max))
-        if col.allowed is not None:
-            checks.append(ppa.Check.isin(col.allowed))
-        columns[name] = ppa.Column(PANDAS_DTYPES[col.dtype], checks=checks, nullable=col.nullable)
-    return ppa.DataFrameSchema(columns, strict=schema.strict, unique=schema.keys or None)
+    """The schema ``build_schema`` generates, built by the same function with pandera's pandas API."""
+    return build_schema(schema, api=ppa, dtypes=PANDAS_DTYPES)
 
 
 class PeakRSS:

@@ -15,18 +15,21 @@ from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
 DTYPES = POLARS_DTYPES
 
 
-def build_schema(schema: DataSchema) -> pa.DataFrameSchema:
+def build_schema(schema: DataSchema, api=pa, dtypes: dict | None = None):
+    """The spec's schema as pandera declares it: the polars API by default; ``api=pandera.pandas``
+    with pandas dtypes gives the same schema for pandas (the benchmark's baseline)."""
+    dtypes = dtypes or DTYPES
     columns = {}
     for name, col in schema.columns.items():
         checks = []
         if col.min is not None:
-            checks.append(pa.Check.ge(col.min))
+            checks.append(api.Check.ge(col.min))
         if col.max is not None:
-            checks.append(pa.Check.le(col.max))
+            checks.append(api.Check.le(col.max))
         if col.allowed is not None:
-            checks.append(pa.Check.isin(col.allowed))
-        columns[name] = pa.Column(DTYPES[col.dtype], checks=checks, nullable=col.nullable)
-    return pa.DataFrameSchema(columns, strict=schema.strict, unique=schema.keys or None)
+            checks.append(api.Check.isin(col.allowed))
+        columns[name] = api.Column(dtypes[col.dtype], checks=checks, nullable=col.nullable)
+    return api.DataFrameSchema(columns, strict=schema.strict, unique=schema.keys or None)
 
 
 def _kind(check: str) -> str:
