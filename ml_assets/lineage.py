@@ -139,8 +139,8 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
     with tempfile.TemporaryDirectory(prefix="ml_assets-lineage-") as tmp:
         local = Path(client.download_artifacts(run.info.run_id, "model", tmp))
         weights_sha = tags.get("checkpoint_sha256", "")
-        checks.append(Check("registered weights (MLflow artifact model/model.pt)", weights_sha,
-                            _sha((local / "model.pt").read_bytes()), f"{mv.source}/model.pt"))
+        checks.append(Check("registered weights (MLflow artifact model/model.safetensors)", weights_sha,
+                            _sha((local / "model.safetensors").read_bytes()), f"{mv.source}/model.safetensors"))
         meta = json.loads((local / "meta.json").read_bytes())
         checks.append(Check("feature state (MLflow artifact model/feature_state.json)", meta["feature_state_sha256"],
                             _sha((local / "feature_state.json").read_bytes()), f"{mv.source}/feature_state.json"))

@@ -424,15 +424,49 @@ class FeaturesSpec(_Strict):
                 *(r.name for r in self.rolling), *(c for t in self.custom for c in t.columns)]
 
 
+class CheckpointSpec(_Strict):
+    every_steps: int = Field(default=0, ge=0, description="checkpoint every N optimizer steps (0: off)")
+    every_seconds: float = Field(default=300, ge=0, description="and every M seconds (0: off)")
+    keep_last: int = Field(default=2, ge=1, le=100)
+    async_mode: Literal["thread", "process", "off"] = Field(
+        default="thread", alias="async", description="background writer; 'thread' measured best here")
+    preemption_grace_seconds: float = Field(default=20, gt=0, le=3600)
+
+
+class LoaderSpec(_Strict):
+    num_workers: int = Field(default=0, ge=0, le=64)
+    pin_memory: bool = False
+    prefetch_factor: int = Field(default=2, ge=1, le=64)
+
+
+class EarlyStoppingSpec(_Strict):
+    patience: int = Field(default=0, ge=0, description="epochs without improvement before stopping (0: off)")
+    min_delta: float = Field(default=0.0, ge=0)
+
+
 class TrainingSpec(_Strict):
     window_days: int = Field(default=14, ge=3, le=366, description="train days + 1 validation day")
+    family: Literal["mlp", "residual_mlp"] = "mlp"
     epochs: PositiveInt = 8
     batch_size: PositiveInt = 256
+    grad_accum_steps: PositiveInt = 1
     learning_rate: float = Field(default=3e-3, gt=0, lt=1)
     weight_decay: float = Field(default=1e-4, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    grad_clip_norm: float = Field(default=1.0, ge=0)
     hidden_sizes: list[PositiveInt] = Field(default=[64, 32], min_length=1)
     dropout: float = Field(default=0.1, ge=0, lt=1)
+    activation_checkpointing: bool = False
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()
+    deterministic: bool = False
     processes_per_node: int = Field(default=2, ge=1, le=64)
+    max_restarts: int = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
+    retries: int = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")
+    report_every_steps: PositiveInt = 50
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    loader: LoaderSpec = LoaderSpec()
     seed: int = 0
 
 

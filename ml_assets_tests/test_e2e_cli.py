@@ -90,7 +90,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert latest_metadata(instance, "features", day)["rolling_days_read"] == [
         (day - dt.timedelta(days=n)).isoformat() for n in (3, 2, 1)]
     assert checkpoint["checkpoint_sha256"] == tags["checkpoint_sha256"]
-    downloaded = Path(client.download_artifacts(version.run_id, "model/model.pt", str(tmp_path)))
+    downloaded = Path(client.download_artifacts(version.run_id, "model/model.safetensors", str(tmp_path)))
     assert hashlib.sha256(downloaded.read_bytes()).hexdigest() == tags["checkpoint_sha256"]
     report = latest_metadata(instance, "evaluation_report", day)
     assert 0.5 < report["roc_auc"] <= 1.0 and report["test_rows"] > 500

@@ -1,32 +1,389 @@
-"""Loading a checkpoint written by the trainer: every file verified, weights loaded with weights_only."""
+"""Training checkpoints (torch.distributed.checkpoint through fsspec) and the pickle-free export.
+
+Layout under the config's checkpoint root (a path or an fsspec URL such as ``s3://bucket/...``)::
+
+    step-000000120/   .metadata, __0_0.distcp, ...   DCP: model, optimizer, RNG (tensors only)
+                      progress.json                  epoch, sampler position, scheduler, history
+                      manifest.json                  sha256 + size of every file above, written LAST
+    best/             model.safetensors, manifest.json   weights with the best validation loss
+
+A checkpoint without ``manifest.json`` is incomplete (the writer died): ignored. One whose files do
+not match its manifest is corrupt or tampered: named in a warning and skipped for the previous one;
+if no complete checkpoint verifies, resuming fails instead of silently starting over.
+
+Nothing here unpickles anything a checkpoint store could hand us: only tensors go into DCP (so its
+loader never reaches ``torch.load(weights_only=False)`` for non-tensor items), DCP's ``.metadata``
+is read with an unpickler that admits DCP's own metadata classes and nothing else, and every file is
+verified against the manifest before DCP reads it. The final export is safetensors plus JSON.
+"""
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
+import fsspec
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import load as safetensors_load
+from safetensors.torch import save as safetensors_save
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from ml_assets.storage import read_verified as _read_verified
 from ml_assets.trainer.config import DataRef
-from ml_assets.trainer.data import read_verified
-from ml_assets.trainer.model import TabularMLP, build_model
+from ml_assets.trainer.model import build_model
+
+MANIFEST = "manifest.json"
+PROGRESS = "progress.json"
+BEST = "best"
+STEP_PREFIX = "step-"
+FORMAT = 1
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint where one should be (every complete checkpoint failed verification)."""
+
+
+# --- reading DCP metadata without arbitrary unpickling ---------------------------------------
+
+_ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
+                    "torch.distributed.checkpoint.planner")
+_ALLOWED_GLOBALS = {("torch", "Size"), ("torch", "device"), ("collections", "OrderedDict"),
+                    ("torch.serialization", "_get_layout"), ("torch._utils", "_rebuild_tensor_v2")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        dtype_or_layout = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype | torch.layout
+                                                             | torch.memory_format)
+        if module in _ALLOWED_MODULES or (module, name) in _ALLOWED_GLOBALS or dtype_or_layout:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a DCP metadata "
+                                     "file never needs; refusing to load it")
+
+
+class SafeFsspecReader(FsspecReader):
+    """FsspecReader whose ``.metadata`` is read by an unpickler limited to DCP's metadata classes."""
+
+    def read_metadata(self, *args, **kwargs):
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as fh:
+            metadata = _MetadataUnpickler(fh).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            from torch.distributed.checkpoint.metadata import StorageMeta
+
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+# --- manifest --------------------------------------------------------------------------------
+
+def _fs(uri: str):
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs, path.rstrip("/")
+
+
+def _sha256_file(fs, path: str) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def write_manifest(directory: str, info: dict) -> dict:
+    """Hash every file under ``directory`` and write manifest.json last: the commit point."""
+    fs, path = _fs(directory)
+    fs.invalidate_cache()
+    files = {}
+    for full in sorted(fs.find(path)):
+        rel = full[len(path) + 1:]
+        if rel == MANIFEST:
+            continue
+        sha, size = _sha256_file(fs, full)
+        files[rel] = {"sha256": sha, "bytes": size}
+    manifest = {"format": FORMAT, **info, "files": files, "written_at": time.time()}
+    with fs.open(f"{path}/{MANIFEST}", "wb") as fh:
+        fh.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
+
+
+def verify(directory: str) -> tuple[dict | None, str]:
+    """(manifest, "") when every listed file exists with its sha256 and nothing unlisted was added;
+    (None, reason) otherwise. No manifest: reason starts with "incomplete"."""
+    fs, path = _fs(directory)
+    fs.invalidate_cache()
+    try:
+        with fs.open(f"{path}/{MANIFEST}", "rb") as fh:
+            manifest = json.loads(fh.read())
+    except FileNotFoundError:
+        return None, "incomplete: no manifest.json (the writer stopped before finishing)"
+    except (OSError, ValueError) as exc:
+        return None, f"manifest.json unreadable: {exc}"
+    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        return None, f"manifest.json has format {manifest.get('format')!r}, expected {FORMAT}"
+    present = {full[len(path) + 1:] for full in fs.find(path)} - {MANIFEST}
+    if extra := sorted(present - set(manifest["files"])):
+        return None, f"files not in the manifest: {extra}"
+    for rel, want in sorted(manifest["files"].items()):
+        if rel not in present:
+            return None, f"{rel} is missing"
+        sha, size = _sha256_file(fs, f"{path}/{rel}")
+        if size != want["bytes"] or sha != want["sha256"]:
+            return None, f"{rel} has {size} bytes, sha256 {sha[:12]}; the manifest says {want['bytes']} bytes, sha256 {want['sha256'][:12]}"
+    return manifest, ""
+
+
+# --- the manager -----------------------------------------------------------------------------
+
+@dataclass
+class Found:
+    directory: str
+    step: int
+    progress: dict
+
+
+class CheckpointManager:
+    """Saves and finds checkpoints for one training (one config fingerprint) on every rank.
+
+    Every rank calls ``save`` at the same step (DCP is collective). Rank 0 alone writes
+    progress.json and the manifest, after every rank's files are written, then prunes to the last
+    ``keep_last`` complete checkpoints. ``mode`` "thread"/"process" returns as soon as the state is
+    copied to memory; the write, the hashing and the manifest happen in the background.
+    """
+
+    def __init__(self, root: str, *, rank: int, world: int, mode: str, keep_last: int,
+                 log: Callable[[str], None], warn: Callable[[str], None]) -> None:
+        self.root = root.rstrip("/")
+        self.rank, self.world, self.mode, self.keep_last = rank, world, mode, keep_last
+        self.log, self.warn = log, warn
+        # DCP's background save runs collectives; on the training group they could interleave with
+        # DDP's all-reduces. A group of its own (gloo: the staged copies live in CPU memory) avoids it.
+        self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+        self._pending: Future | None = None
+        self._finalizer: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.saved_steps: list[int] = []
+
+    # saving
+    def save(self, step: int, tensors: dict[str, torch.Tensor], progress: dict, *, blocking: bool = False) -> float:
+        """Checkpoint ``tensors`` (same keys on every rank) at ``step``; returns the seconds the
+        caller was held up."""
+        started = time.perf_counter()
+        self.wait()
+        directory = f"{self.root}/{STEP_PREFIX}{step:09d}"
+        writer = FsspecWriter(directory, overwrite=True)
+        if self.mode == "off" or blocking:
+            dcp.save(tensors, storage_writer=writer, process_group=self.group)
+            if self.rank == 0:
+                self._finish(directory, step, progress)
+            self._barrier()
+        else:
+            kind = AsyncCheckpointerType.PROCESS if self.mode == "process" else AsyncCheckpointerType.THREAD
+            response = dcp.async_save(tensors, storage_writer=writer, process_group=self.group, async_checkpointer_type=kind)
+            future = getattr(response, "upload_completion", response)
+            self._pending = future
+            if self.rank == 0:
+                self._finalizer = threading.Thread(target=self._finish_after, args=(future, directory, step, progress),
+                                                   name="checkpoint-manifest", daemon=True)
+                self._finalizer.start()
+        self.saved_steps.append(step)
+        return time.perf_counter() - started
+
+    def _finish_after(self, future: Future, directory: str, step: int, progress: dict) -> None:
+        try:
+            future.result()
+            self._finish(directory, step, progress)
+        except BaseException as exc:  # reported by wait() on the training thread
+            self._error = exc
+
+    def _finish(self, directory: str, step: int, progress: dict) -> None:
+        fs, path = _fs(directory)
+        with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
+            fh.write(json.dumps(progress, sort_keys=True).encode())
+        write_manifest(directory, {"step": step, "fingerprint": progress["fingerprint"], "world_size": self.world})
+        self._prune()
+
+    def wait(self) -> None:
+        """Block until the last save is written and committed; re-raise its failure."""
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        if self._finalizer is not None:
+            self._finalizer.join()
+            self._finalizer = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CheckpointError(f"writing a checkpoint under {self.root} failed: {error}") from error
+
+    def close(self) -> None:
+        """Finish the last save and tear down the checkpoint group on every rank together (a gloo
+        group left for garbage collection can hang a rank whose peer already exited)."""
+        try:
+            self.wait()
+        finally:
+            if self.group is not None:
+                dist.barrier(group=self.group)
+                dist.destroy_process_group(self.group)
+                self.group = None
+
+    def _barrier(self) -> None:
+        if self.group is not None:
+            dist.barrier(group=self.group)
+
+    def _steps(self) -> list[tuple[int, str]]:
+        fs, path = _fs(self.root)
+        fs.invalidate_cache()
+        if not fs.exists(path):
+            return []
+        found = []
+        for entry in fs.ls(path, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit():
+                found.append((int(name[len(STEP_PREFIX):]), f"{self.root}/{name}"))
+        return sorted(found)
+
+    def _prune(self) -> None:
+        fs, _ = _fs(self.root)
+        steps = self._steps()
+        complete = [(s, d) for s, d in steps if fs.exists(f"{_fs(d)[1]}/{MANIFEST}")]
+        keep = {s for s, _ in complete[-self.keep_last:]}
+        newest = max(keep, default=-1)
+        for s, d in steps:
+            if s not in keep and s < newest:
+                fs.rm(_fs(d)[1], recursive=True)
+
+    # finding and loading
+    def latest(self, fingerprint: str) -> Found | None:
+        """The newest checkpoint that verifies (rank 0 checks, every rank gets the answer)."""
+        choice = torch.tensor([-1], dtype=torch.int64)
+        problem = ""
+        if self.rank == 0:
+            try:
+                found = self._latest_verified(fingerprint)
+                choice[0] = -1 if found is None else found
+            except CheckpointError as exc:
+                choice[0], problem = -2, str(exc)
+        if self.group is not None:
+            dist.broadcast(choice, src=0, group=self.group)
+        step = int(choice[0])
+        if step == -2:
+            raise CheckpointError(problem or f"rank 0 found no usable checkpoint under {self.root}")
+        if step == -1:
+            return None
+        directory = f"{self.root}/{STEP_PREFIX}{step:09d}"
+        fs, path = _fs(directory)
+        with fs.open(f"{path}/{PROGRESS}", "rb") as fh:
+            progress = json.loads(fh.read())
+        return Found(directory, step, progress)
+
+    def _latest_verified(self, fingerprint: str) -> int | None:
+        rejected = []
+        for step, directory in reversed(self._steps()):
+            manifest, reason = verify(directory)
+            if manifest is None and reason.startswith("incomplete"):
+                self.log(f"checkpoint {directory} is {reason}; ignored")
+                continue
+            if manifest is not None and manifest.get("fingerprint") != fingerprint:
+                reason = (f"written for training config {str(manifest.get('fingerprint'))[:12]}, this run's is "
+                          f"{fingerprint[:12]}")
+                manifest = None
+            if manifest is None:
+                self.warn(f"checkpoint {directory} is unusable ({reason}); trying the previous one")
+                rejected.append(f"{directory}: {reason}")
+                continue
+            return step
+        if rejected:
+            raise CheckpointError(
+                f"every checkpoint under {self.root} failed verification, refusing to start over silently "
+                f"(delete them to train from scratch): " + "; ".join(rejected))
+        return None
+
+    def load(self, found: Found, tensors: dict[str, torch.Tensor]) -> None:
+        """Fill ``tensors`` in place from a verified checkpoint (keys the checkpoint lacks stay)."""
+        dcp.load(tensors, storage_reader=SafeFsspecReader(found.directory), process_group=self.group)
+
+    def saved_keys(self, found: Found) -> dict[str, tuple[int, ...]]:
+        metadata = SafeFsspecReader(found.directory).read_metadata()
+        return {k: tuple(v.size) for k, v in metadata.state_dict_metadata.items() if hasattr(v, "size")}
+
+    # best weights
+    def save_best(self, weights: dict[str, torch.Tensor], info: dict) -> None:
+        """Rank 0: the best weights so far as safetensors + manifest (replacing the previous best)."""
+        directory = f"{self.root}/{BEST}"
+        fs, path = _fs(directory)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        fs.makedirs(path, exist_ok=True)
+        with fs.open(f"{path}/model.safetensors", "wb") as fh:
+            fh.write(safetensors_save(_contiguous(weights)))
+        write_manifest(directory, info)
+
+    def load_best(self) -> tuple[dict[str, torch.Tensor], dict] | None:
+        directory = f"{self.root}/{BEST}"
+        fs, path = _fs(directory)
+        if not fs.exists(path):
+            return None
+        manifest, reason = verify(directory)
+        if manifest is None:
+            raise CheckpointError(f"best weights {directory} are unusable: {reason}")
+        with fs.open(f"{path}/model.safetensors", "rb") as fh:
+            return safetensors_load(fh.read()), manifest
+
+
+def _contiguous(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
+
+
+# --- export: safetensors + JSON, nothing pickled -----------------------------------------------
+
+def export_model(output_dir: str, weights: dict[str, torch.Tensor], meta: dict, feature_state: bytes) -> dict:
+    """Write model.safetensors, feature_state.json and meta.json (which rebuilds the model and pins
+    the other two by sha256). Returns URIs and digests."""
+    base = output_dir.rstrip("/")
+    blob = safetensors_save(_contiguous(weights))
+    weights_sha = hashlib.sha256(blob).hexdigest()
+    meta = {**meta, "format": "safetensors", "weights_file": "model.safetensors", "weights_sha256": weights_sha,
+            "feature_state_sha256": hashlib.sha256(feature_state).hexdigest()}
+    meta_bytes = json.dumps(meta, indent=1, sort_keys=True).encode()
+    for name, data in (("model.safetensors", blob), ("feature_state.json", feature_state), ("meta.json", meta_bytes)):
+        with fsspec.open(f"{base}/{name}", "wb", auto_mkdir=True) as fh:
+            fh.write(data)
+    return {"uri": f"{base}/model.safetensors", "sha256": weights_sha, "bytes": len(blob),
+            "meta_uri": f"{base}/meta.json", "meta_sha256": hashlib.sha256(meta_bytes).hexdigest()}
 
 
 @dataclass
 class LoadedCheckpoint:
-    model: TabularMLP
+    model: torch.nn.Module
     meta: dict
     feature_state: dict
 
 
 def load_checkpoint(weights: DataRef, meta: DataRef) -> LoadedCheckpoint:
-    meta_dict = json.loads(read_verified(meta))
-    if meta_dict["weights_sha256"] != weights.sha256:
-        raise ValueError(f"{meta.uri} describes weights {meta_dict['weights_sha256']}, not {weights.sha256}")
+    """An exported model, every file verified against its sha256; no pickle anywhere."""
+    meta_dict = json.loads(_read_verified(meta.uri, meta.sha256))
+    if meta_dict.get("weights_sha256") != weights.sha256:
+        raise ValueError(f"{meta.uri} describes weights {meta_dict.get('weights_sha256')}, not {weights.sha256}")
+    if meta_dict.get("format") != "safetensors":
+        raise ValueError(f"{meta.uri}: export format {meta_dict.get('format')!r} is not 'safetensors'")
     base = weights.uri.rsplit("/", 1)[0]
-    state = json.loads(read_verified(DataRef(uri=f"{base}/feature_state.json", sha256=meta_dict["feature_state_sha256"])))
+    state = json.loads(_read_verified(f"{base}/feature_state.json", meta_dict["feature_state_sha256"]))
     model = build_model(meta_dict["model_config"])
-    model.load_state_dict(torch.load(io.BytesIO(read_verified(weights)), weights_only=True))
+    model.load_state_dict(safetensors_load(_read_verified(weights.uri, weights.sha256)))
     model.eval()
     return LoadedCheckpoint(model, meta_dict, state)
+
+
+__all__ = ["CheckpointError", "CheckpointManager", "Found", "LoadedCheckpoint", "SafeFsspecReader", "export_model",
+           "load_checkpoint", "verify", "write_manifest"]

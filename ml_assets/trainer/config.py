@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 TASKS = ("binary_classification", "regression")
+FAMILIES = ("mlp", "residual_mlp")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+ASYNC_MODES = ("off", "thread", "process")
+
+# Fields that say where things go or how often to report, not what is trained: two configs that
+# differ only in these train the same weights and may resume each other's checkpoints.
+NOT_TRAINING = frozenset({
+    "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
+    "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
+    "prefetch_factor", "threads",
+})
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataRef:
-    """A file the trainer reads, named by URI and pinned by sha256."""
+    """A file the trainer reads, named by URI and pinned by sha256 (and by the version-store commit
+    it was built from, when it has one)."""
 
     uri: str
     sha256: str
     day: str = ""
+    commit: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,40 +42,110 @@ class TrainConfig:
     feature_state: DataRef
     """Fitted feature state (JSON) from the training window; copied beside the weights."""
     output_dir: str
-    """Where rank 0 writes model.pt, meta.json and feature_state.json (a path or fsspec URL)."""
+    """Where rank 0 exports the final model: model.safetensors, meta.json, feature_state.json (a
+    path or fsspec URL)."""
+    checkpoint_dir: str = ""
+    """Where training checkpoints go (path or fsspec URL); empty: ``<output_dir>/checkpoints``. A
+    restarted run with the same config resumes from the newest complete checkpoint here."""
+
+    family: str = "mlp"
+    """``mlp`` (embeddings + MLP) or ``residual_mlp`` (embeddings + pre-norm residual blocks)."""
     epochs: int = 8
     batch_size: int = 256
-    """Global batch size: each of the world's ranks takes batch_size // world_size rows a step."""
+    """Global batch per optimizer step: each of W ranks takes batch_size // (W * grad_accum_steps)
+    rows per micro-step."""
+    grad_accum_steps: int = 1
     learning_rate: float = 3e-3
     weight_decay: float = 1e-4
+    warmup_steps: int = 0
+    """Linear warmup, then cosine decay to min_lr_ratio * learning_rate at the last step."""
+    min_lr_ratio: float = 0.0
+    grad_clip_norm: float = 1.0
+    """0 turns clipping off."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 32])
+    """MLP: the hidden layers. residual_mlp: width hidden_sizes[0], one block per entry."""
     dropout: float = 0.1
+    activation_checkpointing: bool = False
+    """Recompute hidden blocks in backward instead of storing activations (less memory, more time)."""
+    precision: str = "auto"
+    """auto: bf16 autocast on CUDA with bf16 (else fp16 + GradScaler), bf16 on CPUs with native
+    bf16 (AVX512-BF16 or AMX), fp32 otherwise. An impossible request falls back and says so."""
+    early_stopping_patience: int = 0
+    """Stop after this many epochs without a validation-loss improvement; 0 turns it off."""
+    early_stopping_min_delta: float = 0.0
     seed: int = 0
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs (and resumes) on CPU."""
+    max_steps: int = 0
+    """Stop after this many optimizer steps in all (0: run every epoch)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int = 2
+    threads: int = 0
+    """torch intra-op threads per rank; 0 leaves torch's default (OMP_NUM_THREADS)."""
+    report_every_steps: int = 50
+    checkpoint_every_steps: int = 0
+    checkpoint_every_seconds: float = 0.0
+    """Checkpoint every N optimizer steps and/or every M seconds (0 turns either off); epoch ends
+    and preemption always checkpoint."""
+    keep_last: int = 2
+    checkpoint_async: str = "thread"
+    preemption_grace_seconds: float = 20.0
+    """After SIGTERM: finish the step, checkpoint, exit 75; give up checkpointing after this long."""
 
     def __post_init__(self) -> None:
         problems = []
-        if self.task not in TASKS:
-            problems.append(f"task {self.task!r} is not one of {TASKS}")
-        if not self.train_files:
-            problems.append("train_files is empty")
-        if not self.val_files:
-            problems.append("val_files is empty")
-        if self.epochs < 1:
-            problems.append(f"epochs must be >= 1, got {self.epochs}")
-        if self.batch_size < 1:
-            problems.append(f"batch_size must be >= 1, got {self.batch_size}")
-        if not 0 < self.learning_rate < 1:
-            problems.append(f"learning_rate must be in (0, 1), got {self.learning_rate}")
-        if not 0 <= self.dropout < 1:
-            problems.append(f"dropout must be in [0, 1), got {self.dropout}")
-        if not self.hidden_sizes or any(h < 1 for h in self.hidden_sizes):
-            problems.append(f"hidden_sizes must be positive, got {self.hidden_sizes}")
+
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                problems.append(message)
+
+        need(self.task in TASKS, f"task {self.task!r} is not one of {TASKS}")
+        need(self.family in FAMILIES, f"family {self.family!r} is not one of {FAMILIES}")
+        need(self.precision in PRECISIONS, f"precision {self.precision!r} is not one of {PRECISIONS}")
+        need(self.checkpoint_async in ASYNC_MODES, f"checkpoint_async {self.checkpoint_async!r} is not one of {ASYNC_MODES}")
+        need(bool(self.train_files), "train_files is empty")
+        need(bool(self.val_files), "val_files is empty")
+        need(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")
+        need(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        need(self.grad_accum_steps >= 1, f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        need(0 < self.learning_rate < 1, f"learning_rate must be in (0, 1), got {self.learning_rate}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        need(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        need(0 <= self.min_lr_ratio <= 1, f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        need(self.grad_clip_norm >= 0, f"grad_clip_norm must be >= 0, got {self.grad_clip_norm}")
+        need(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        need(bool(self.hidden_sizes) and all(h >= 1 for h in self.hidden_sizes),
+             f"hidden_sizes must be positive, got {self.hidden_sizes}")
+        need(self.early_stopping_patience >= 0, f"early_stopping_patience must be >= 0, got {self.early_stopping_patience}")
+        need(self.max_steps >= 0, f"max_steps must be >= 0, got {self.max_steps}")
+        need(self.num_workers >= 0, f"num_workers must be >= 0, got {self.num_workers}")
+        need(self.prefetch_factor >= 1, f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
+        need(self.threads >= 0, f"threads must be >= 0, got {self.threads}")
+        need(self.report_every_steps >= 1, f"report_every_steps must be >= 1, got {self.report_every_steps}")
+        need(self.checkpoint_every_steps >= 0, f"checkpoint_every_steps must be >= 0, got {self.checkpoint_every_steps}")
+        need(self.checkpoint_every_seconds >= 0, f"checkpoint_every_seconds must be >= 0, got {self.checkpoint_every_seconds}")
+        need(self.keep_last >= 1, f"keep_last must be >= 1, got {self.keep_last}")
+        need(self.preemption_grace_seconds > 0, f"preemption_grace_seconds must be > 0, got {self.preemption_grace_seconds}")
         if problems:
             raise ValueError("invalid training config: " + "; ".join(problems))
+
+    @property
+    def checkpoint_root(self) -> str:
+        return (self.checkpoint_dir or f"{self.output_dir.rstrip('/')}/checkpoints").rstrip("/")
+
+    def fingerprint(self) -> str:
+        """sha256 of everything that decides the weights: data, state, model, optimizer, seed."""
+        kept = {k: v for k, v in asdict(self).items() if k not in NOT_TRAINING}
+        return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
         data = dict(data)
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"invalid training config: unknown field(s) {unknown}")
         for key in ("train_files", "val_files"):
             data[key] = [DataRef(**ref) for ref in data.get(key, [])]
         data["feature_state"] = DataRef(**data["feature_state"])
@@ -69,7 +153,11 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"training config {path}: {exc}") from None
+        return cls.from_dict(data)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -1,12 +1,19 @@
-"""Feature files -> tensors. Every file is verified against the sha256 its caller pinned."""
+"""Feature files -> tensors -> batches. Every file is verified against the sha256 its caller pinned.
+
+Batches are gathered a whole batch at a time (one index_select per tensor), not row by row and
+collated: per-row ``__getitem__`` and collation would cost more than the model's step on tabular data.
+"""
 
 from __future__ import annotations
 
 import io
 import json
+import math
+from collections.abc import Iterable, Iterator
 
 import polars as pl
 import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ml_assets.features.state import transform
 from ml_assets.storage import read_verified as _read_verified
@@ -34,3 +41,75 @@ def to_tensors(frame: pl.DataFrame, state: dict) -> tuple[torch.Tensor, torch.Te
         torch.from_numpy(encoded.categorical),
         torch.from_numpy(encoded.target),
     )
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler (same shuffle, same ``set_epoch``) that can start mid-epoch.
+
+    Rank r of W takes positions r, r+W, r+2W, ... of the epoch's permutation, so after every rank
+    has taken k rows the first k*W positions are used, whatever W was. ``set_start(k*W)`` resumes
+    there, on the same or on a different number of ranks. What is left is padded to a multiple of
+    W (as DistributedSampler pads) so every rank runs the same number of steps.
+    """
+
+    def __init__(self, dataset: Dataset, *, num_replicas: int, rank: int, seed: int, shuffle: bool = True) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
+        self.start = 0
+
+    def set_start(self, consumed: int) -> None:
+        self.start = consumed
+
+    def _remaining(self) -> int:
+        left = max(len(self.dataset) - self.start, 0)
+        return math.ceil(left / self.num_replicas)
+
+    def __iter__(self):
+        n = len(self.dataset)
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(n, generator=generator).tolist()
+        else:
+            order = list(range(n))
+        left = order[self.start:]
+        padding = self._remaining() * self.num_replicas - len(left)
+        if padding:
+            left += (order * math.ceil(padding / max(n, 1)))[:padding]
+        return iter(left[self.rank::self.num_replicas])
+
+    def __len__(self) -> int:
+        return self._remaining()
+
+
+class Batches(Dataset):
+    """Micro-batches of one rank's share of an epoch. The rows are gathered into the epoch's order
+    once (one index_select per tensor), so a batch is a slice: no per-step gather or copy."""
+
+    def __init__(self, tensors: tuple[torch.Tensor, ...], order: torch.Tensor, micro_batch: int) -> None:
+        self.tensors = tuple(t.index_select(0, order) for t in tensors)
+        self.rows, self.micro_batch = len(order), micro_batch
+
+    def __len__(self) -> int:
+        return math.ceil(self.rows / self.micro_batch)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return tuple(t[i * self.micro_batch:(i + 1) * self.micro_batch] for t in self.tensors)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        b = self.micro_batch
+        return (tuple(t[start:start + b] for t in self.tensors) for start in range(0, self.rows, b))
+
+
+def make_loader(tensors: tuple[torch.Tensor, ...], sampler: ResumableSampler, micro_batch: int, *,
+                num_workers: int, pin_memory: bool, prefetch_factor: int) -> Iterable[tuple[torch.Tensor, ...]]:
+    """This rank's micro-batches for the sampler's epoch. In-process (no DataLoader) unless workers
+    or pinned memory are asked for: rows already in memory need no worker to fetch them."""
+    batches = Batches(tensors, torch.tensor(list(iter(sampler)), dtype=torch.int64), micro_batch)
+    if not num_workers and not pin_memory:
+        return batches
+    options = {"num_workers": num_workers, "pin_memory": pin_memory}
+    if num_workers:
+        options["prefetch_factor"] = prefetch_factor
+    return DataLoader(batches, batch_size=None, shuffle=False, **options)

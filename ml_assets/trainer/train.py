@@ -1,47 +1,84 @@
-"""Train a tabular model with DistributedDataParallel; run by torchrun.
+"""Train a tabular model with DistributedDataParallel; run by torchrun. Pure PyTorch: the only
+non-torch import is dagster_pipes, opened on rank 0 alone.
 
-By hand (no Dagster needed; the ``trained_checkpoint`` asset writes the config and runs the same)::
+By hand, no Dagster needed (the ``trained_checkpoint`` asset writes the same config and runs the
+same command)::
 
-    torchrun --standalone --nproc_per_node=2 -m ml_assets.trainer.train --config train_config.json
+    torchrun --standalone --nproc_per_node=2 --max-restarts=2 -m ml_assets.trainer.train --config train_config.json
 
-gloo on CPU, nccl when CUDA is available. Rank 0 alone logs, writes the checkpoint and reports to
-Dagster through Pipes; every rank computes on its shard and validation metrics are all-reduced.
+Several machines (run on each node; ``--node_rank`` is picked by the rendezvous)::
+
+    torchrun --nnodes=2 --nproc_per_node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \\
+        --rdzv-id=JOB -m ml_assets.trainer.train --config train_config.json
+
+gloo on CPU, nccl on CUDA. Every rank trains on its shard; metrics are all-reduced; rank 0 alone
+logs, writes the best weights and the export, and reports to Dagster through Pipes. Checkpoints
+(torch.distributed.checkpoint) are written every N steps / M seconds / epoch end and the run resumes
+from the newest complete one: run the same command again after a crash. SIGTERM: the step in flight
+finishes, a checkpoint is written, the process exits with code 75 (EXIT_PREEMPTED).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
+import gc
 import json
+import math
 import os
+import resource
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-import fsspec
 import torch
 import torch.distributed as dist
 from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ml_assets.features.state import cardinalities
+from ml_assets.trainer.checkpoint import CheckpointError, CheckpointManager, export_model
 from ml_assets.trainer.config import TrainConfig
-from ml_assets.trainer.data import read_frame, read_state, read_verified, to_tensors
-from ml_assets.trainer.model import ModelConfig, build_model
+from ml_assets.trainer.data import (
+    ResumableSampler,
+    make_loader,
+    read_frame,
+    read_state,
+    read_verified,
+    to_tensors,
+)
+from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
+
+EXIT_PREEMPTED = 75
+"""Exit code after SIGTERM once the checkpoint is written (EX_TEMPFAIL: try again later)."""
+EXIT_CONFIG = 2
 
 
-def compute_init() -> tuple[int, int, torch.device]:
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    world: int
+    device: torch.device
+    backend: str
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+
+def compute_init() -> Runtime:
+    """Join the process group torchrun describes (gloo on CPU, nccl on CUDA)."""
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if backend == "nccl":
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
-        return rank, world, torch.device("cuda", local)
-    return rank, world, torch.device("cpu")
+        return Runtime(rank, world, torch.device("cuda", local), backend)
+    return Runtime(rank, world, torch.device("cpu"), backend)
 
 
 def compute_cleanup() -> None:
@@ -49,137 +86,521 @@ def compute_cleanup() -> None:
         dist.destroy_process_group()
 
 
-def loss_fn(task: str) -> nn.Module:
-    return nn.BCEWithLogitsLoss(reduction="sum") if task == "binary_classification" else nn.MSELoss(reduction="sum")
+def cpu_supports_bf16() -> bool:
+    """Native bf16 arithmetic (AVX512-BF16 or AMX); elsewhere bf16 autocast is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line for line in fh if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def evaluate_loss(model: nn.Module, tensors: tuple, task: str, rank: int, world: int, device: torch.device) -> float:
-    """Mean loss over ALL validation rows: each rank takes every world-th row, sums are all-reduced."""
-    numeric, categorical, target = (t[rank::world].to(device) for t in tensors)
-    model.eval()
-    with torch.no_grad():
-        total = loss_fn(task)(model(numeric, categorical), target) if len(target) else torch.zeros((), device=device)
-    sums = torch.stack([total.detach().double(), torch.tensor(float(len(target)), dtype=torch.float64, device=device)])
-    dist.all_reduce(sums)
-    return float(sums[0] / sums[1])
+def choose_precision(requested: str, device: torch.device, log: Callable[[str], None]) -> tuple[torch.dtype | None, bool]:
+    """(autocast dtype or None for fp32, whether a GradScaler is needed)."""
+    if device.type == "cuda":
+        if requested == "fp32":
+            return None, False
+        if requested in ("auto", "bf16") and torch.cuda.is_bf16_supported():
+            return torch.bfloat16, False
+        if requested == "bf16":
+            log("precision bf16 requested but this GPU lacks bf16: using fp16 with a GradScaler")
+        return torch.float16, True
+    if requested in ("auto", "bf16"):
+        if cpu_supports_bf16():
+            return torch.bfloat16, False
+        log(f"precision {requested}: this CPU has no native bf16 (AVX512-BF16/AMX), where bf16 autocast is "
+            "slower than fp32; training in fp32")
+    elif requested == "fp16":
+        log("precision fp16 is for CUDA; training in fp32 on the CPU")
+    return None, False
 
 
-def train(cfg: TrainConfig, rank: int, world: int, device: torch.device, log: Callable[[str], None]) -> dict:
-    torch.manual_seed(cfg.seed)
-    state = read_state(cfg.feature_state)
-    train_t = to_tensors(read_frame(cfg.train_files), state)
-    val_t = to_tensors(read_frame(cfg.val_files), state)
-    model_cfg = ModelConfig(
-        n_numeric=train_t[0].shape[1], cardinalities=cardinalities(state),
-        hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout,
-    )
-    model = build_model(model_cfg).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.AdamW(ddp.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    dataset = TensorDataset(*train_t)
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=cfg.seed)
-    loader = DataLoader(dataset, batch_size=max(1, cfg.batch_size // world), sampler=sampler)
-    criterion = loss_fn(cfg.task)
-    history = []
-    log(f"training {cfg.model}: {len(dataset)} train rows, {len(val_t[2])} validation rows, "
-        f"{world} process(es), {cfg.epochs} epochs")
-    for epoch in range(cfg.epochs):
+def warmup_cosine(warmup: int, total: int, floor: float) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        span = max(total - warmup, 1)
+        progress = min(max(step - warmup, 0) / span, 1.0)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class Preempted(Exception):
+    pass
+
+
+class StopSignal:
+    """SIGTERM (and SIGINT) set a flag; the loop checks it between optimizer steps. A watchdog ends
+    the process after the grace period if the checkpoint cannot be finished in time."""
+
+    def __init__(self, grace: float, warn: Callable[[str], None]) -> None:
+        self.requested = False
+        self.grace, self.warn = grace, warn
+        self.signal_name = ""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+        timer = threading.Timer(self.grace, self._give_up)
+        timer.daemon = True
+        timer.start()
+
+    def _give_up(self) -> None:
+        self.warn(f"{self.signal_name}: no checkpoint within the {self.grace:.0f}s grace period; exiting without it "
+                  "(the previous checkpoint stays the resume point)")
+        os._exit(EXIT_PREEMPTED)
+
+
+@dataclass
+class Progress:
+    """Everything about where training is that is not a tensor (saved as JSON with the checkpoint)."""
+
+    fingerprint: str
+    step: int = 0
+    epoch: int = 0
+    rows_in_epoch: int = 0
+    """Rows of the current epoch's permutation already trained on, over all ranks."""
+    epoch_loss: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """[sum of losses, rows] of the current epoch so far, over all ranks."""
+    history: list[dict] = field(default_factory=list)
+    best_val_loss: float | None = None
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    done: bool = False
+    stop_reason: str = ""
+    world_size: int = 1
+    scheduler: dict = field(default_factory=dict)
+    optimizer_groups: list[dict] = field(default_factory=list)
+    scaler: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Callable[[dict], None],
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.cfg, self.rt, self.log, self.report = cfg, rt, log, report
+        self.warn = warn or log
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        torch.manual_seed(cfg.seed)
+        self.state = read_state(cfg.feature_state)
+        self.train_t = to_tensors(read_frame(cfg.train_files), self.state)
+        self.val_t = to_tensors(read_frame(cfg.val_files), self.state)
+        self.model_config = ModelConfig(
+            n_numeric=self.train_t[0].shape[1], cardinalities=cardinalities(self.state),
+            hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family,
+        )
+        self.model = build_model(self.model_config, cfg.activation_checkpointing).to(rt.device)
+        self.param_names = [name for name, _ in self.model.named_parameters()]
+        # One rank needs no gradient all-reduce: DDP would only add hooks and copies.
+        self.net = self.model if rt.world == 1 else DistributedDataParallel(
+            self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.sampler = ResumableSampler(self.train_t[2], num_replicas=rt.world, rank=rt.rank, seed=cfg.seed)
+        self.micro_batch = max(1, cfg.batch_size // (rt.world * cfg.grad_accum_steps))
+        rows_per_rank = math.ceil(len(self.train_t[2]) / rt.world)
+        self.steps_per_epoch = math.ceil(math.ceil(rows_per_rank / self.micro_batch) / cfg.grad_accum_steps)
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        if cfg.max_steps:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, warmup_cosine(cfg.warmup_steps, self.total_steps, cfg.min_lr_ratio))
+        self.autocast_dtype, use_scaler = choose_precision(cfg.precision, rt.device, log)
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+        self.criterion = loss_fn(cfg.task)
+        self.ckpt = CheckpointManager(cfg.checkpoint_root, rank=rt.rank, world=rt.world, mode=cfg.checkpoint_async,
+                                      keep_last=cfg.keep_last, log=log, warn=self.warn)
+        self.progress = Progress(fingerprint=cfg.fingerprint(), world_size=rt.world)
+        self.stats = {"data_wait_s": 0.0, "loop_s": 0.0, "checkpoint_stall_s": 0.0, "checkpoints": 0,
+                      "rows": 0, "steps": 0}
+        self.resumed_from: int | None = None
+
+    # -- state ---------------------------------------------------------------------------------
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Model, optimizer and RNG state: tensors only, the same keys on every rank."""
+        out = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        for index, entries in self.optimizer.state_dict()["state"].items():
+            for key, value in entries.items():
+                out[f"optim.{self.param_names[index]}.{key}"] = value
+        rng = torch.get_rng_state()
+        if self.rt.world > 1:
+            gathered = [torch.empty_like(rng) for _ in range(self.rt.world)]
+            dist.all_gather(gathered, rng)
+            out["rng.cpu"] = torch.stack(gathered)
+        else:
+            out["rng.cpu"] = rng.unsqueeze(0)
+        if self.rt.device.type == "cuda":
+            out["rng.cuda"] = torch.cuda.get_rng_state(self.rt.device).unsqueeze(0)
+        return out
+
+    def checkpoint(self, *, blocking: bool = False) -> None:
+        sched = self.scheduler.state_dict()
+        # lr_lambdas holds only callable objects' state (ours is a plain function: None).
+        self.progress.scheduler = {**sched, "lr_lambdas": [None] * len(sched.get("lr_lambdas", []))}
+        self.progress.optimizer_groups = [
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+            for g in self.optimizer.state_dict()["param_groups"]]
+        self.progress.scaler = self.scaler.state_dict() if self.scaler else {}
+        self.progress.world_size = self.rt.world
+        # A copy: the background writer serializes it while training goes on.
+        progress = json.loads(json.dumps(self.progress.to_dict()))
+        stall = self.ckpt.save(self.progress.step, self.tensors(), progress, blocking=blocking)
+        self.stats["checkpoint_stall_s"] += stall
+        self.stats["checkpoints"] += 1
+
+    def resume(self) -> None:
+        found = self.ckpt.latest(self.progress.fingerprint)
+        if found is None:
+            return
+        saved = self.ckpt.saved_keys(found)
+        groups = found.progress["optimizer_groups"]
+        optim_state: dict[int, dict[str, torch.Tensor]] = {}
+        targets = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        for index, (name, param) in enumerate(self.model.named_parameters()):
+            entries = {}
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                fqn = f"optim.{name}.{key}"
+                if fqn in saved:
+                    entries[key] = torch.zeros(saved[fqn], dtype=torch.float32) if key == "step" else torch.zeros_like(param)
+                    targets[fqn] = entries[key]
+            if entries:
+                optim_state[index] = entries
+        rng_rows = {k: torch.zeros(saved[k], dtype=torch.uint8) for k in ("rng.cpu", "rng.cuda") if k in saved}
+        targets.update(rng_rows)
+        missing = sorted(k for k in targets if k not in saved)
+        if missing:
+            raise CheckpointError(f"checkpoint {found.directory} lacks {missing[:5]} (a different model?)")
+        self.ckpt.load(found, targets)
+        self.optimizer.load_state_dict({"state": optim_state, "param_groups": groups})
+        self.scheduler.load_state_dict(found.progress["scheduler"])
+        if self.scaler and found.progress.get("scaler"):
+            self.scaler.load_state_dict(found.progress["scaler"])
+        p = found.progress
+        self.progress = Progress(**{k: p[k] for k in Progress.__dataclass_fields__ if k in p})
+        saved_world = int(rng_rows["rng.cpu"].shape[0]) if "rng.cpu" in rng_rows else 0
+        if saved_world == self.rt.world:
+            torch.set_rng_state(rng_rows["rng.cpu"][self.rt.rank])
+            if "rng.cuda" in rng_rows and self.rt.device.type == "cuda" and self.rt.world == 1:
+                torch.cuda.set_rng_state(rng_rows["rng.cuda"][0], self.rt.device)
+        else:
+            torch.manual_seed(self.cfg.seed * 1_000_003 + self.progress.step * 101 + self.rt.rank)
+            self.log(f"checkpoint written by {saved_world} rank(s), resuming on {self.rt.world}: data order and "
+                     "weights carry over, dropout's random stream is reseeded")
+        if not self.rt.master:
+            self.progress.epoch_loss = [0.0, 0.0]  # rank 0 carries the epoch's partial sums
+        self.resumed_from = found.step
+        self.log(f"resumed from {found.directory}: step {found.step}, epoch {self.progress.epoch + 1}, "
+                 f"{self.progress.rows_in_epoch} rows into it")
+
+    # -- loop ------------------------------------------------------------------------------------
+    def _flags(self, stop: bool, due: bool) -> tuple[bool, bool]:
+        """Every rank must stop and checkpoint at the same step: agree by an all-reduce (max)."""
+        if self.rt.world == 1:
+            return stop, due
+        flags = torch.tensor([float(stop), float(due)])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return bool(flags[0]), bool(flags[1])
+
+    def _reduce(self, values: list[float]) -> list[float]:
+        if self.rt.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def validate(self) -> float:
+        numeric, categorical, target = (t[self.rt.rank::self.rt.world].to(self.rt.device) for t in self.val_t)
+        self.model.eval()
+        with torch.no_grad(), self._autocast():
+            total = float(self.criterion(self.model(numeric, categorical).float(), target)) if len(target) else 0.0
+        self.model.train()
+        loss, rows = self._reduce([total, float(len(target))])
+        return loss / rows
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.rt.device.type, dtype=self.autocast_dtype)
+
+    def run(self, stop: StopSignal) -> None:
+        cfg, p = self.cfg, self.progress
+        if p.done:
+            self.log("the checkpoint says training already finished; exporting")
+            return
+        self.log(f"training {cfg.model} ({cfg.family}): {len(self.train_t[2])} rows, {len(self.val_t[2])} validation rows, "
+                 f"{self.rt.world} rank(s) on {self.rt.device}, {cfg.epochs} epochs x {self.steps_per_epoch} steps, "
+                 f"micro-batch {self.micro_batch} x {cfg.grad_accum_steps} accumulation, precision "
+                 f"{self.autocast_dtype or torch.float32}")
+        self.model.train()
+        last_save = time.monotonic()
+        interval = {"loss": 0.0, "rows": 0.0, "t": time.perf_counter(), "step": p.step}
+        loop_started = time.perf_counter()
+        while p.epoch < cfg.epochs and not p.done:
+            self.sampler.set_epoch(p.epoch)
+            self.sampler.set_start(p.rows_in_epoch)
+            waited = time.perf_counter()
+            loader = make_loader(self.train_t, self.sampler, self.micro_batch, num_workers=cfg.num_workers,
+                                 pin_memory=cfg.pin_memory, prefetch_factor=cfg.prefetch_factor)
+            self.stats["data_wait_s"] += time.perf_counter() - waited
+            micro_total = len(loader)
+            batches = iter(loader)
+            micro = 0
+            while True:
+                waited = time.perf_counter()
+                batch = next(batches, None)
+                self.stats["data_wait_s"] += time.perf_counter() - waited
+                if batch is None:
+                    break
+                micro += 1
+                numeric, categorical, target = (t.to(self.rt.device, non_blocking=True) for t in batch)
+                boundary = micro % cfg.grad_accum_steps == 0 or micro == micro_total
+                sync = contextlib.nullcontext() if boundary or self.net is self.model else self.net.no_sync()
+                with sync:
+                    with self._autocast():
+                        out = self.net(numeric, categorical)
+                    loss = self.criterion(out.float(), target)
+                    scaled = loss / (self.micro_batch * cfg.grad_accum_steps)
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                value = float(loss.detach())
+                p.epoch_loss[0] += value
+                p.epoch_loss[1] += len(target)
+                interval["loss"] += value
+                interval["rows"] += len(target)
+                self.stats["rows"] += len(target)
+                if not boundary:
+                    continue
+                self._optimizer_step()
+                p.step += 1
+                self.stats["steps"] += 1
+                p.rows_in_epoch = min(self.sampler.start + micro * self.micro_batch * self.rt.world, len(self.train_t[2]))
+                if p.step % cfg.report_every_steps == 0:
+                    self._report_progress(interval)
+                if cfg.max_steps and p.step >= cfg.max_steps:
+                    p.done, p.stop_reason = True, f"max_steps {cfg.max_steps}"
+                    break
+                # (The epoch's end checkpoints anyway.)
+                due = micro < micro_total and bool(cfg.checkpoint_every_steps and p.step % cfg.checkpoint_every_steps == 0)
+                due = due or (micro < micro_total and bool(
+                    cfg.checkpoint_every_seconds and time.monotonic() - last_save >= cfg.checkpoint_every_seconds))
+                stopping, due = self._flags(stop.requested, due)
+                if stopping:
+                    self._preempt(stop)
+                if due:
+                    self.checkpoint()
+                    last_save = time.monotonic()
+            if p.done and micro < micro_total:
+                break
+            self._end_epoch()
+            self.checkpoint()
+            last_save = time.monotonic()
+        self.stats["loop_s"] += time.perf_counter() - loop_started
+        if not self.ckpt.saved_steps or self.ckpt.saved_steps[-1] != p.step:
+            self.checkpoint()
+        self.ckpt.wait()
+
+    def _optimizer_step(self) -> None:
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.cfg.grad_clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip_norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _report_progress(self, interval: dict) -> None:
+        loss, rows = self._reduce([interval["loss"], interval["rows"]])
+        now = time.perf_counter()
+        steps = self.progress.step - interval["step"]
+        rate = rows / max(now - interval["t"], 1e-9)
+        eta = (self.total_steps - self.progress.step) * (now - interval["t"]) / max(steps, 1)
+        if self.rt.master:
+            lr = self.scheduler.get_last_lr()[0]
+            self.log(f"step {self.progress.step}/{self.total_steps}  epoch {self.progress.epoch + 1}  loss {loss / rows:.4f}  "
+                     f"{rate:,.0f} samples/s  lr {lr:.2e}  ETA {eta:.0f}s")
+            self.report({"kind": "progress", "step": self.progress.step, "epoch": self.progress.epoch + 1,
+                         "loss": loss / rows, "samples_per_s": rate, "lr": lr, "eta_s": eta, "time": time.time()})
+        interval.update(loss=0.0, rows=0.0, t=now, step=self.progress.step)
+
+    def _end_epoch(self) -> None:
+        p, cfg = self.progress, self.cfg
+        loss, rows = self._reduce(p.epoch_loss) if self.rt.world > 1 else p.epoch_loss
+        val = self.validate()
+        p.history.append({"epoch": p.epoch + 1, "step": p.step, "train_loss": loss / max(rows, 1), "val_loss": val})
+        improved = p.best_val_loss is None or val < p.best_val_loss - cfg.early_stopping_min_delta
+        if improved:
+            p.best_val_loss, p.best_epoch, p.bad_epochs = val, p.epoch + 1, 0
+            if self.rt.master:
+                self.ckpt.save_best(self.model.state_dict(), {"epoch": p.epoch + 1, "step": p.step, "val_loss": val,
+                                                              "fingerprint": p.fingerprint})
+        else:
+            p.bad_epochs += 1
+        self.log(f"epoch {p.epoch + 1}/{cfg.epochs}  train_loss {loss / max(rows, 1):.4f}  val_loss {val:.4f}"
+                 + ("  (best)" if improved else f"  ({p.bad_epochs} without improvement)"))
+        p.epoch += 1
+        p.rows_in_epoch = 0
+        p.epoch_loss = [0.0, 0.0]
+        if cfg.early_stopping_patience and p.bad_epochs >= cfg.early_stopping_patience:
+            p.done, p.stop_reason = True, f"early stopping: {p.bad_epochs} epochs without improvement"
+            self.log(p.stop_reason + f"; best val_loss {p.best_val_loss:.4f} at epoch {p.best_epoch}")
+        elif p.epoch >= cfg.epochs:
+            p.done, p.stop_reason = True, f"{cfg.epochs} epochs"
+
+    def _preempt(self, stop: StopSignal) -> None:
         started = time.perf_counter()
-        sampler.set_epoch(epoch)
-        ddp.train()
-        sums = torch.zeros(2, dtype=torch.float64, device=device)
-        for numeric, categorical, target in loader:
-            numeric, categorical, target = numeric.to(device), categorical.to(device), target.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = criterion(ddp(numeric, categorical), target)
-            (loss / len(target)).backward()
-            optimizer.step()
-            sums += torch.stack([loss.detach().double(), torch.tensor(float(len(target)), dtype=torch.float64, device=device)])
-        dist.all_reduce(sums)
-        train_loss = float(sums[0] / sums[1])
-        val_loss = evaluate_loss(model, val_t, cfg.task, rank, world, device)
+        self.checkpoint(blocking=True)
         seconds = time.perf_counter() - started
-        history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
-        log(f"epoch {epoch + 1}/{cfg.epochs}  train_loss {train_loss:.4f}  val_loss {val_loss:.4f}  ({seconds:.1f}s)")
-    return {"model": model, "model_config": model_cfg, "history": history, "state": state,
-            "train_rows": len(dataset), "val_rows": len(val_t[2]), "world_size": world}
+        self.log(f"{stop.signal_name or 'stop requested'}: checkpoint at step {self.progress.step} written in "
+                 f"{seconds:.1f}s; exiting with code {EXIT_PREEMPTED} so the step can be retried")
+        self.report({"kind": "preempted", "step": self.progress.step, "checkpoint_seconds": seconds,
+                     "signal": stop.signal_name})
+        raise Preempted()
+
+    # -- result ------------------------------------------------------------------------------------
+    def final_weights(self) -> tuple[dict[str, torch.Tensor], str]:
+        """With early stopping on, the best epoch's weights; otherwise the last."""
+        if self.cfg.early_stopping_patience:
+            best = self.ckpt.load_best()
+            if best is not None:
+                return best[0], f"best validation loss (epoch {best[1]['epoch']})"
+        return self.model.state_dict(), "last step"
+
+    def accounting(self, wall: float) -> dict:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s, = self._reduce([usage.ru_utime + usage.ru_stime])
+        loop = max(self.stats["loop_s"], 1e-9)
+        rows, = self._reduce([float(self.stats["rows"])])
+        gpus = self.rt.world if self.rt.device.type == "cuda" else 0
+        return {
+            "samples_per_s": rows / loop, "data_wait_fraction": self.stats["data_wait_s"] / loop,
+            "checkpoint_stall_s": self.stats["checkpoint_stall_s"], "checkpoints_written": self.stats["checkpoints"],
+            "cpu_hours": cpu_s / 3600, "gpu_hours": gpus * wall / 3600, "wall_s": wall,
+            "steps_this_attempt": self.stats["steps"],
+        }
 
 
-def save_checkpoint(cfg: TrainConfig, result: dict) -> dict:
-    """Rank 0: weights, a meta JSON that rebuilds the model, and the feature state beside them."""
-    base = cfg.output_dir.rstrip("/")
-    buffer = _state_dict_bytes(result["model"])
-    weights_sha = hashlib.sha256(buffer).hexdigest()
-    meta = {
-        "model": cfg.model, "task": cfg.task, "model_config": result["model_config"].to_dict(),
-        "weights_sha256": weights_sha, "feature_state_sha256": cfg.feature_state.sha256,
-        "history": result["history"], "train_rows": result["train_rows"], "val_rows": result["val_rows"],
-        "world_size": result["world_size"], "torch_version": torch.__version__,
-        "train_files": [ref.__dict__ for ref in cfg.train_files],
-        "val_files": [ref.__dict__ for ref in cfg.val_files],
-    }
-    meta_bytes = json.dumps(meta, indent=1, sort_keys=True).encode()
-    for name, data in (("model.pt", buffer), ("meta.json", meta_bytes),
-                       ("feature_state.json", read_verified(cfg.feature_state))):
-        with fsspec.open(f"{base}/{name}", "wb", auto_mkdir=True) as fh:
-            fh.write(data)
-    return {"uri": f"{base}/model.pt", "sha256": weights_sha, "bytes": len(buffer),
-            "meta_uri": f"{base}/meta.json", "meta_sha256": hashlib.sha256(meta_bytes).hexdigest()}
+def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Callable[[dict], None],
+        warn: Callable[[str], None]) -> dict:
+    started = time.perf_counter()
+    trainer = Trainer(cfg, rt, log, report, warn)
+    stop = StopSignal(cfg.preemption_grace_seconds, warn)
+    try:
+        trainer.resume()
+        trainer.run(stop)
+    finally:
+        trainer.ckpt.close()
+    weights, which = trainer.final_weights()
+    result = {"trainer": trainer, "accounting": trainer.accounting(time.perf_counter() - started), "weights_from": which}
+    if rt.master:
+        p = trainer.progress
+        meta = {
+            "model": cfg.model, "task": cfg.task, "model_config": trainer.model_config.to_dict(),
+            "history": p.history, "stop_reason": p.stop_reason, "steps": p.step, "best_val_loss": p.best_val_loss,
+            "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
+            "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,
+            "train_files": [ref.__dict__ for ref in cfg.train_files], "val_files": [ref.__dict__ for ref in cfg.val_files],
+        }
+        result["export"] = export_model(cfg.output_dir, weights, meta, read_verified(cfg.feature_state))
+    return result
 
 
-def _state_dict_bytes(model: nn.Module) -> bytes:
-    import io
+def _project_version() -> str:
+    try:
+        from importlib.metadata import version
 
-    out = io.BytesIO()
-    torch.save(model.state_dict(), out)
-    return out.getvalue()
+        return version("ml-assets")
+    except Exception:
+        return "unknown"
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="path of the training config JSON")
     args = parser.parse_args(argv)
-    cfg = TrainConfig.from_json(args.config)
-    rank, world, device = compute_init()
-    master = rank == 0
+    try:
+        cfg = TrainConfig.from_json(args.config)
+    except (ValueError, TypeError) as exc:
+        print(f"[trainer] {exc}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    rt = compute_init()
     # Only rank 0 may talk to Dagster: if every rank reported, the step would see several results.
-    in_dagster = master and PipesEnvVarParamsLoader().is_dagster_pipes_process()
+    in_dagster = rt.master and PipesEnvVarParamsLoader().is_dagster_pipes_process()
+    code, result = 0, None
     try:
         with open_dagster_pipes() if in_dagster else contextlib.nullcontext() as pipes:
             def log(message: str) -> None:
-                if not master:
-                    return
-                if pipes is not None:
-                    pipes.log.info(message)
-                else:
-                    print(f"[trainer] {message}", file=sys.stderr, flush=True)
+                if rt.master:
+                    pipes.log.info(message) if pipes is not None else print(f"[trainer] {message}", file=sys.stderr, flush=True)
 
-            result = train(cfg, rank, world, device, log)
-            if master:
-                saved = save_checkpoint(cfg, result)
-                log(f"checkpoint {saved['uri']} sha256 {saved['sha256'][:12]}")
+            def warn(message: str) -> None:
+                if rt.master:
+                    pipes.log.warning(message) if pipes is not None else print(f"[trainer] WARNING {message}", file=sys.stderr, flush=True)
+
+            def report(payload: dict) -> None:
                 if pipes is not None:
-                    last = result["history"][-1]
-                    pipes.report_asset_materialization(
-                        metadata={
-                            "checkpoint_uri": {"raw_value": saved["uri"], "type": "path"},
-                            "checkpoint_sha256": saved["sha256"],
-                            "checkpoint_bytes": saved["bytes"],
-                            "meta_uri": {"raw_value": saved["meta_uri"], "type": "path"},
-                            "meta_sha256": saved["meta_sha256"],
-                            "feature_state_sha256": cfg.feature_state.sha256,
-                            "train_rows": result["train_rows"],
-                            "val_rows": result["val_rows"],
-                            "world_size": world,
-                            "final_train_loss": last["train_loss"],
-                            "final_val_loss": last["val_loss"],
-                            "history": {"raw_value": result["history"], "type": "json"},
-                        },
-                        data_version=saved["sha256"],
-                    )
+                    pipes.report_custom_message(payload)
+
+            try:
+                result = run(cfg, rt, log, report, warn)
+            except Preempted:
+                code = EXIT_PREEMPTED
+            else:
+                if rt.master:
+                    saved, trainer, acct = result["export"], result["trainer"], result["accounting"]
+                    log(f"exported {saved['uri']} sha256 {saved['sha256'][:12]} ({result['weights_from']}); "
+                        f"{acct['samples_per_s']:,.0f} samples/s, data wait {100 * acct['data_wait_fraction']:.1f}%")
+                    if pipes is not None:
+                        _report_result(pipes, cfg, rt, trainer, saved, acct, result["weights_from"])
     finally:
+        # DDP's reducer and the optimizer go before the process group: a DDP object collected after
+        # destroy_process_group can leave a rank hanging at exit.
+        result = None
+        gc.collect()
         compute_cleanup()
+    return code
+
+
+def _report_result(pipes, cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str) -> None:
+    p = trainer.progress
+    last = p.history[-1] if p.history else {}
+    pipes.report_asset_materialization(
+        metadata={
+            "checkpoint_uri": {"raw_value": saved["uri"], "type": "path"},
+            "checkpoint_sha256": saved["sha256"], "checkpoint_bytes": saved["bytes"],
+            "meta_uri": {"raw_value": saved["meta_uri"], "type": "path"}, "meta_sha256": saved["meta_sha256"],
+            "feature_state_sha256": cfg.feature_state.sha256,
+            "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
+            "world_size": rt.world, "device": str(rt.device), "backend": rt.backend,
+            "precision": str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
+            "steps": p.step, "stop_reason": p.stop_reason, "weights_from": which,
+            "resumed_from_step": trainer.resumed_from if trainer.resumed_from is not None else -1,
+            "final_train_loss": last.get("train_loss", float("nan")), "final_val_loss": last.get("val_loss", float("nan")),
+            "best_val_loss": p.best_val_loss if p.best_val_loss is not None else float("nan"),
+            "samples_per_s": round(acct["samples_per_s"], 1),
+            "data_wait_pct": round(100 * acct["data_wait_fraction"], 2),
+            "checkpoint_stall_s": round(acct["checkpoint_stall_s"], 3), "checkpoints_written": acct["checkpoints_written"],
+            "checkpoint_dir": {"raw_value": cfg.checkpoint_root, "type": "path"},
+            "cpu_hours": round(acct["cpu_hours"], 5), "gpu_hours": round(acct["gpu_hours"], 5),
+            "torch_version": torch.__version__, "ml_assets_version": _project_version(),
+            "config_fingerprint": p.fingerprint,
+            "history": {"raw_value": p.history, "type": "json"},
+        },
+        data_version=saved["sha256"],
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

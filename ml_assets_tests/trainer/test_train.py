@@ -60,7 +60,7 @@ def test_torchrun_ddp_trains_and_writes_a_pinned_checkpoint(trained):
     assert proc.returncode == 0, proc.stderr[-3000:]
     meta = json.loads((root / "out" / "meta.json").read_text())
     assert meta["world_size"] == 2
-    assert meta["weights_sha256"] == hashlib.sha256((root / "out" / "model.pt").read_bytes()).hexdigest()
+    assert meta["weights_sha256"] == hashlib.sha256((root / "out" / "model.safetensors").read_bytes()).hexdigest()
     assert (root / "out" / "feature_state.json").read_bytes() == (root / "state.json").read_bytes()
     losses = [e["val_loss"] for e in meta["history"]]
     y = pl.read_parquet(root / "val.parquet")["label"].to_numpy()
@@ -77,7 +77,7 @@ def test_validation_loss_is_over_all_ranks_rows(trained):
     cfg, root, proc = trained
     assert proc.returncode == 0, proc.stderr[-3000:]
     meta = json.loads((root / "out" / "meta.json").read_text())
-    loaded = load_checkpoint(_ref(root / "out" / "model.pt"), _ref(root / "out" / "meta.json"))
+    loaded = load_checkpoint(_ref(root / "out" / "model.safetensors"), _ref(root / "out" / "meta.json"))
     numeric, categorical, target = to_tensors(pl.read_parquet(root / "val.parquet"), loaded.feature_state)
     with torch.no_grad():
         loss = torch.nn.functional.binary_cross_entropy_with_logits(loaded.model(numeric, categorical), target)
@@ -87,12 +87,12 @@ def test_validation_loss_is_over_all_ranks_rows(trained):
 def test_tampered_weights_are_refused(trained, tmp_path):
     cfg, root, proc = trained
     assert proc.returncode == 0, proc.stderr[-3000:]
-    weights = _ref(root / "out" / "model.pt")
+    weights = _ref(root / "out" / "model.safetensors")
     for name in ("meta.json", "feature_state.json"):
         (tmp_path / name).write_bytes((root / "out" / name).read_bytes())
-    (tmp_path / "model.pt").write_bytes((root / "out" / "model.pt").read_bytes() + b"\0")
+    (tmp_path / "model.safetensors").write_bytes((root / "out" / "model.safetensors").read_bytes() + b"\0")
     with pytest.raises(IntegrityError, match="sha256"):
-        load_checkpoint(DataRef(uri=str(tmp_path / "model.pt"), sha256=weights.sha256), _ref(tmp_path / "meta.json"))
+        load_checkpoint(DataRef(uri=str(tmp_path / "model.safetensors"), sha256=weights.sha256), _ref(tmp_path / "meta.json"))
 
 
 def test_feature_file_changed_after_pinning_fails_training(tmp_path):

@@ -104,7 +104,7 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
                 model_dir = Path(tmp) / "model"
                 model_dir.mkdir()
                 base = str(ckpt["checkpoint_uri"]).rsplit("/", 1)[0]
-                for name, file_sha in (("model.pt", sha), ("meta.json", ckpt["meta_sha256"]),
+                for name, file_sha in (("model.safetensors", sha), ("meta.json", ckpt["meta_sha256"]),
                                        ("feature_state.json", ckpt["feature_state_sha256"])):
                     (model_dir / name).write_bytes(read_verified(f"{base}/{name}", file_sha))
                 client.log_artifacts(run_id, str(model_dir), "model")

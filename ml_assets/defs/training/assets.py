@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import tempfile
 import warnings
@@ -16,6 +17,7 @@ from ml_assets.defs.training import window
 from ml_assets.features import state as feature_state
 from ml_assets.features.build import feature_columns
 from ml_assets.resources import ArtifactStoreResource, CheckpointStoreResource, TorchrunLauncher
+from ml_assets.resources.training import TrainingPreempted
 from ml_assets.spec import ModelSpec
 from ml_assets.trainer.config import DataRef, TrainConfig
 
@@ -29,7 +31,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             start_offset=-width, end_offset=-1, allow_nonexistent_upstream_partitions=True
         )
     version = code_version(spec, ("training", "features", "target"), "ml_assets.trainer.train", "ml_assets.trainer.model",
-                           "ml_assets.trainer.config", "ml_assets.trainer.data", "ml_assets.features.state")
+                           "ml_assets.trainer.config", "ml_assets.trainer.data", "ml_assets.trainer.checkpoint",
+                           "ml_assets.features.state")
 
     @dg.asset(
         key=asset_key(spec, "trained_checkpoint"),
@@ -39,6 +42,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         kinds={"pytorch"},
         code_version=version,
         tags={"ml_assets/stage": "training"},
+        # Only a preemption (checkpoint written, TrainingPreempted) is retried: the retry resumes.
+        retry_policy=dg.RetryPolicy(max_retries=spec.training.retries, delay=1) if spec.training.retries else None,
         description=(f"{spec.name} weights trained with torchrun DDP on the {width - 1} feature days before the "
                      "partition (validated on the last of them); sha256-pinned, with the fitted feature state."),
     )
@@ -50,29 +55,61 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         try:
             win = window.training_window(spec, day)
         except window.WindowError as exc:
-            raise dg.Failure(description=str(exc)) from None
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
         records = {d: upstream_metadata(context, features_key, d.isoformat()) for d in [*win.train_days, win.val_day]}
-        refs = {d: DataRef(uri=str(m["uri"]), sha256=m["sha256"], day=d.isoformat()) for d, m in records.items()}
+        refs = {d: DataRef(uri=str(m["uri"]), sha256=m["sha256"], day=d.isoformat(), commit=m["data_commit"])
+                for d, m in records.items()}
         train_refs = [refs[d] for d in win.train_days]
         from ml_assets.trainer.data import read_frame  # torch: imported when training runs
 
         # Fitted only on the training days: validation and test rows never shape the transform.
-        state = feature_state.fit_state(read_frame(train_refs), spec.features, spec.target.name, spec.target.task)
+        try:
+            state = feature_state.fit_state(read_frame(train_refs), spec.features, spec.target.name, spec.target.task)
+        except ValueError as exc:  # includes a feature file that no longer matches its sha256
+            raise dg.Failure(description=f"model {spec.name}, partition {day}: {exc}", allow_retries=False) from None
         state_ref = artifacts.put(f"{spec.name}/feature_state/date={day.isoformat()}", feature_state.state_bytes(state), ".json")
         training = spec.training
+        run_dir = f"{checkpoints.root.rstrip('/')}/{spec.name}/date={day.isoformat()}"
         cfg = TrainConfig(
             model=spec.name, task=spec.target.task, train_files=train_refs, val_files=[refs[win.val_day]],
-            feature_state=state_ref.as_data_ref(), epochs=training.epochs, batch_size=training.batch_size,
-            learning_rate=training.learning_rate, weight_decay=training.weight_decay,
-            hidden_sizes=list(training.hidden_sizes), dropout=training.dropout, seed=training.seed,
-            output_dir=f"{checkpoints.root.rstrip('/')}/{spec.name}/date={day.isoformat()}/{context.run_id}",
+            feature_state=state_ref.as_data_ref(), output_dir=f"{run_dir}/{context.run_id}",
+            family=training.family, epochs=training.epochs, batch_size=training.batch_size,
+            grad_accum_steps=training.grad_accum_steps, learning_rate=training.learning_rate,
+            weight_decay=training.weight_decay, warmup_steps=training.warmup_steps, min_lr_ratio=training.min_lr_ratio,
+            grad_clip_norm=training.grad_clip_norm, hidden_sizes=list(training.hidden_sizes), dropout=training.dropout,
+            activation_checkpointing=training.activation_checkpointing, precision=training.precision,
+            early_stopping_patience=training.early_stopping.patience,
+            early_stopping_min_delta=training.early_stopping.min_delta, seed=training.seed,
+            deterministic=training.deterministic, num_workers=training.loader.num_workers,
+            pin_memory=training.loader.pin_memory, prefetch_factor=training.loader.prefetch_factor,
+            report_every_steps=training.report_every_steps, checkpoint_every_steps=training.checkpoint.every_steps,
+            checkpoint_every_seconds=training.checkpoint.every_seconds, keep_last=training.checkpoint.keep_last,
+            checkpoint_async=training.checkpoint.async_mode,
+            preemption_grace_seconds=training.checkpoint.preemption_grace_seconds,
         )
+        # Checkpoints are keyed by what decides the weights (data, state, hyperparameters), not by the
+        # run: a retry or a re-run of the same training resumes; a changed config starts its own.
+        cfg = dataclasses.replace(cfg, checkpoint_dir=f"{run_dir}/train-{cfg.fingerprint()[:16]}")
         with tempfile.TemporaryDirectory(prefix="ml_assets-train-") as tmp:
             config_path = Path(tmp) / "train_config.json"
             config_path.write_text(cfg.to_json())
             context.log.info(f"trained_checkpoint {day}: torchrun with {training.processes_per_node} processes on "
-                             f"{win.train_days[0]}..{win.train_days[-1]}, validating on {win.val_day}")
-            reported = launcher.run(context, str(config_path), training.processes_per_node)
+                             f"{win.train_days[0]}..{win.train_days[-1]}, validating on {win.val_day}; "
+                             f"checkpoints in {cfg.checkpoint_root}")
+            outcome = launcher.run(context, str(config_path), training.processes_per_node, training.max_restarts)
+        if outcome.preempted is not None:
+            step = outcome.preempted.get("step")
+            raise TrainingPreempted(
+                f"model {spec.name}, partition {day}: training was stopped ({outcome.preempted.get('signal') or 'SIGTERM'}) "
+                f"and checkpointed at step {step}; the retry resumes from there")
+        if outcome.returncode != 0 or outcome.result is None:
+            raise dg.Failure(
+                description=(f"model {spec.name}, partition {day}: the trainer exited with code {outcome.returncode} "
+                             f"(torchrun restarted crashed workers up to {training.max_restarts} times); its log above "
+                             "says why. Checkpoints stay in " + cfg.checkpoint_root),
+                allow_retries=False,
+            )
+        reported = outcome.result
         return dg.MaterializeResult(
             data_version=reported.data_version,
             metadata={
@@ -84,6 +121,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
                 "feature_state_uri": dg.MetadataValue.path(state_ref.uri), "feature_state_sha256": state_ref.sha256,
                 "features": dg.MetadataValue.json(feature_columns(spec)),
                 "training_config": dg.MetadataValue.json(json.loads(cfg.to_json())),
+                "progress": dg.MetadataValue.json([{k: m[k] for k in ("step", "loss", "samples_per_s", "lr", "time")}
+                                                   for m in outcome.progress]),
             },
         )
 
