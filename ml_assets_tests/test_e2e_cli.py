@@ -48,7 +48,9 @@ def latest_metadata(instance: dg.DagsterInstance, stage: str, day: dt.date) -> d
 
 def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_path, spec_dict):
     models = tmp_path / "models"
-    write_spec(models, small_training(spec_dict, window_days=3, epochs=2))
+    data = small_training(spec_dict, window_days=3, epochs=2)
+    data["training"]["report_every_steps"] = 4
+    write_spec(models, data)
     day = dt.date(2013, 2, 4)
     for ingest_day in (day - dt.timedelta(days=n) for n in (3, 2, 1)):
         proc = materialize(INGEST, ingest_day, models)
@@ -97,6 +99,11 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     run_metrics = client.get_run(version.run_id).data.metrics
     assert run_metrics["test_roc_auc"] == pytest.approx(report["roc_auc"])
     assert len(client.get_metric_history(version.run_id, "val_loss")) == 2
+    # The trainer's progress reports became step metrics, one per report.
+    step_losses = client.get_metric_history(version.run_id, "step_loss")
+    assert [m.step for m in step_losses] == [p["step"] for p in checkpoint["progress"]] and step_losses
+    assert checkpoint["samples_per_s"] > 0 and 0 <= checkpoint["data_wait_pct"] < 100
+    assert checkpoint["torch_version"].startswith("2.13") and checkpoint["device"] == "cpu"
 
     # The lineage command walks the version back to the source files and verifies every hash.
     traced = lineage_cli("flights_delay", "--json", models_dir=models)

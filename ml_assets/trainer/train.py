@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,6 +56,10 @@ from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
 EXIT_PREEMPTED = 75
 """Exit code after SIGTERM once the checkpoint is written (EX_TEMPFAIL: try again later)."""
 EXIT_CONFIG = 2
+SYNC_EVERY = 8
+"""With several ranks, how often (in optimizer steps) they agree whether to stop or checkpoint: an
+all-reduce per step would cost more than the step itself for a small tabular model."""
+PROCESS_STARTED = time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -204,7 +209,8 @@ class Trainer:
         self.param_names = [name for name, _ in self.model.named_parameters()]
         # One rank needs no gradient all-reduce: DDP would only add hooks and copies.
         self.net = self.model if rt.world == 1 else DistributedDataParallel(
-            self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+            self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
+            gradient_as_bucket_view=True)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.sampler = ResumableSampler(self.train_t[2], num_replicas=rt.world, rank=rt.rank, seed=cfg.seed)
         self.micro_batch = max(1, cfg.batch_size // (rt.world * cfg.grad_accum_steps))
@@ -224,6 +230,7 @@ class Trainer:
         self.stats = {"data_wait_s": 0.0, "loop_s": 0.0, "checkpoint_stall_s": 0.0, "checkpoints": 0,
                       "rows": 0, "steps": 0}
         self.resumed_from: int | None = None
+        self.started = PROCESS_STARTED
 
     # -- state ---------------------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -388,11 +395,22 @@ class Trainer:
                 if cfg.max_steps and p.step >= cfg.max_steps:
                     p.done, p.stop_reason = True, f"max_steps {cfg.max_steps}"
                     break
-                # (The epoch's end checkpoints anyway.)
-                due = micro < micro_total and bool(cfg.checkpoint_every_steps and p.step % cfg.checkpoint_every_steps == 0)
-                due = due or (micro < micro_total and bool(
-                    cfg.checkpoint_every_seconds and time.monotonic() - last_save >= cfg.checkpoint_every_seconds))
-                stopping, due = self._flags(stop.requested, due)
+                if self.stats["steps"] == 1:
+                    self.log(f"first step of this attempt: step {p.step}, "
+                             f"{time.perf_counter() - self.started:.1f}s after the process started")
+                # (The epoch's end checkpoints anyway.) Step counts are the same on every rank; clocks
+                # and signals are not, so those are agreed on by all ranks (every SYNC_EVERY steps).
+                mid = micro < micro_total
+                step_due = mid and bool(cfg.checkpoint_every_steps and p.step % cfg.checkpoint_every_steps == 0)
+                time_due = mid and bool(cfg.checkpoint_every_seconds
+                                        and time.monotonic() - last_save >= cfg.checkpoint_every_seconds)
+                if self.rt.world == 1:
+                    stopping = stop.requested
+                elif p.step % SYNC_EVERY == 0 or step_due:
+                    stopping, time_due = self._flags(stop.requested, time_due)
+                else:
+                    continue
+                due = step_due or time_due
                 if stopping:
                     self._preempt(stop)
                 if due:
@@ -464,7 +482,7 @@ class Trainer:
         self.checkpoint(blocking=True)
         seconds = time.perf_counter() - started
         self.log(f"{stop.signal_name or 'stop requested'}: checkpoint at step {self.progress.step} written in "
-                 f"{seconds:.1f}s; exiting with code {EXIT_PREEMPTED} so the step can be retried")
+                 f"{seconds:.2f}s; exiting with code {EXIT_PREEMPTED} so the step can be retried")
         self.report({"kind": "preempted", "step": self.progress.step, "checkpoint_seconds": seconds,
                      "signal": stop.signal_name})
         raise Preempted()
@@ -512,9 +530,25 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
             "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
             "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,
             "train_files": [ref.__dict__ for ref in cfg.train_files], "val_files": [ref.__dict__ for ref in cfg.val_files],
+            "accounting": result["accounting"], "resumed_from_step": trainer.resumed_from,
         }
         result["export"] = export_model(cfg.output_dir, weights, meta, read_verified(cfg.feature_state))
     return result
+
+
+def _restarts_left() -> int:
+    """Under torchrun: how many more times the agent will restart this worker group."""
+    try:
+        return int(os.environ["TORCHELASTIC_MAX_RESTARTS"]) - int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    except (KeyError, ValueError):
+        return 0
+
+
+def _stop_the_agent() -> None:
+    """A preempted worker must not be restarted in place (the node is going away and the retry will
+    resume elsewhere): ask the local torchrun agent, our parent, to shut down. One rank per node."""
+    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK") == "0":
+        os.kill(os.getppid(), signal.SIGTERM)
 
 
 def _project_version() -> str:
@@ -537,33 +571,49 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     rt = compute_init()
     # Only rank 0 may talk to Dagster: if every rank reported, the step would see several results.
-    in_dagster = rt.master and PipesEnvVarParamsLoader().is_dagster_pipes_process()
+    pipes = open_dagster_pipes() if rt.master and PipesEnvVarParamsLoader().is_dagster_pipes_process() else None
     code, result = 0, None
+
+    def log(message: str) -> None:
+        if rt.master:
+            pipes.log.info(message) if pipes is not None else print(f"[trainer] {message}", file=sys.stderr, flush=True)
+
+    def warn(message: str) -> None:
+        if rt.master:
+            pipes.log.warning(message) if pipes is not None else print(f"[trainer] WARNING {message}", file=sys.stderr, flush=True)
+
+    def report(payload: dict) -> None:
+        if pipes is not None:
+            pipes.report_custom_message(payload)
+
     try:
-        with open_dagster_pipes() if in_dagster else contextlib.nullcontext() as pipes:
-            def log(message: str) -> None:
-                if rt.master:
-                    pipes.log.info(message) if pipes is not None else print(f"[trainer] {message}", file=sys.stderr, flush=True)
-
-            def warn(message: str) -> None:
-                if rt.master:
-                    pipes.log.warning(message) if pipes is not None else print(f"[trainer] WARNING {message}", file=sys.stderr, flush=True)
-
-            def report(payload: dict) -> None:
+        try:
+            result = run(cfg, rt, log, report, warn)
+        except Preempted:
+            code = EXIT_PREEMPTED
+            _stop_the_agent()
+        except BaseException as exc:
+            if pipes is not None and _restarts_left():
+                # torchrun will start this rank again and it resumes; closing Pipes now would make
+                # Dagster drop everything the restarted rank 0 reports. Leave the session open.
+                warn(f"rank 0 failed ({type(exc).__name__}: {exc}); torchrun restarts it "
+                     f"({_restarts_left()} restart(s) left) and it resumes from the last checkpoint")
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)
+            if pipes is not None:
+                pipes.__exit__(type(exc), exc, exc.__traceback__)  # Dagster shows the error
+                pipes = None
+            raise
+        else:
+            if rt.master:
+                saved, trainer, acct = result["export"], result["trainer"], result["accounting"]
+                log(f"exported {saved['uri']} sha256 {saved['sha256'][:12]} ({result['weights_from']}); "
+                    f"{acct['samples_per_s']:,.0f} samples/s, data wait {100 * acct['data_wait_fraction']:.1f}%")
                 if pipes is not None:
-                    pipes.report_custom_message(payload)
-
-            try:
-                result = run(cfg, rt, log, report, warn)
-            except Preempted:
-                code = EXIT_PREEMPTED
-            else:
-                if rt.master:
-                    saved, trainer, acct = result["export"], result["trainer"], result["accounting"]
-                    log(f"exported {saved['uri']} sha256 {saved['sha256'][:12]} ({result['weights_from']}); "
-                        f"{acct['samples_per_s']:,.0f} samples/s, data wait {100 * acct['data_wait_fraction']:.1f}%")
-                    if pipes is not None:
-                        _report_result(pipes, cfg, rt, trainer, saved, acct, result["weights_from"])
+                    _report_result(pipes, cfg, rt, trainer, saved, acct, result["weights_from"])
+        if pipes is not None:
+            pipes.close()
     finally:
         # DDP's reducer and the optimizer go before the process group: a DDP object collected after
         # destroy_process_group can leave a rank hanging at exit.

@@ -22,6 +22,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -98,6 +99,22 @@ def _chunks(rows: list[Row], size: int) -> Iterator[list[Row]]:
         yield rows[start : start + size]
 
 
+def _enable_wal(db: sqlite3.Connection, path) -> None:
+    """WAL is set once per database file; switching needs a moment alone with it, and SQLite does not
+    wait for that on its own (busy timeout does not apply): retry while other openers hold it."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise VersionStoreError(f"{path}: cannot switch to WAL journaling: {exc}") from exc
+        if time.monotonic() > deadline:
+            raise VersionStoreError(f"{path}: SQLite would not switch to WAL journaling")
+        time.sleep(0.01)
+
+
 class LocalVersionStore:
     def __init__(self, root: str | os.PathLike[str], objects_url: str | None = None,
                  storage_options: dict | None = None, range_size: int = RANGE_SIZE,
@@ -114,17 +131,24 @@ class LocalVersionStore:
         self._db_path = self.root / "refs.db"
         self._cache: dict[str, list] = {}  # ranges and metaranges are immutable: safe to cache
         self._connections = threading.local()
-        db = sqlite3.connect(self._db_path, timeout=60)
+        db = sqlite3.connect(self._db_path, timeout=60, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(db, self._db_path)
+            # Check and create under one write lock: several processes may open a new store at once,
+            # and one must never see another's half-created tables (they once read as a wrong layout).
+            db.execute("BEGIN IMMEDIATE")
             found = db.execute("PRAGMA user_version").fetchone()[0]
             has_tables = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
             if has_tables and found != SCHEMA_VERSION:
+                db.execute("ROLLBACK")
                 raise VersionStoreError(
                     f"{self._db_path} has layout {found}, this version reads layout {SCHEMA_VERSION}; "
                     f"move it aside (or `make clean` for a local demo home) and re-ingest"
                 )
-            db.executescript(_SCHEMA)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("COMMIT")
         finally:
             db.close()
 

@@ -87,16 +87,18 @@ def test_a_crashed_worker_is_restarted_by_torchrun_and_resumes(data, reference, 
 
 
 def test_sigterm_finishes_the_step_checkpoints_and_exits_75(data, reference, tmp_path):
+    """The trainer alone (one rank, the process group from environment variables, no agent), so
+    its own exit code is what the test sees."""
     write_config(tmp_path / "config.json", data, output_dir=str(tmp_path / "out"), **EXACT)
-    proc = start(torchrun_args(tmp_path / "config.json"), tmp_path / "log")
+    proc = start([sys.executable, "-m", "ml_assets.trainer.train", "--config", str(tmp_path / "config.json")],
+                 tmp_path / "log", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(free_port()))
     wait_for(lambda: mid_epoch_checkpoint(tmp_path / "out" / "checkpoints"), what="a mid-epoch checkpoint")
-    for pid in worker_pids(proc.pid):
-        os.kill(pid, signal.SIGTERM)
-    proc.wait(timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75
     log = (tmp_path / "log").read_text()
     stopped = re.search(r"SIGTERM: checkpoint at step (\d+) written", log)
     assert stopped, log[-3000:]
-    assert re.search(r"exitcode\s*:\s*75", log), log[-3000:]  # the distinct code, as torchrun saw it
     newest = complete_checkpoints(tmp_path / "out" / "checkpoints")[-1]
     assert newest["step"] == int(stopped.group(1))  # nothing trained after SIGTERM is lost
 
@@ -104,6 +106,21 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_75(data, reference, tmp
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"step {stopped.group(1)}," in again.stderr
     assert weights(tmp_path / "out") == weights(reference)
+
+
+def test_sigterm_to_one_worker_stops_torchrun_instead_of_a_restart(data, tmp_path):
+    """A preempted worker asks its agent to shut down: restarting it in place would only be killed
+    again with the node, and the Dagster retry resumes from the checkpoint anyway."""
+    write_config(tmp_path / "config.json", data, output_dir=str(tmp_path / "out"), **EXACT)
+    proc = start(torchrun_args(tmp_path / "config.json", max_restarts=3), tmp_path / "log")
+    wait_for(lambda: mid_epoch_checkpoint(tmp_path / "out" / "checkpoints"), what="a mid-epoch checkpoint")
+    for pid in worker_pids(proc.pid):
+        os.kill(pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) != 0
+    log = (tmp_path / "log").read_text()
+    assert "exiting with code 75" in log
+    assert log.count("first step of this attempt") == 1  # not restarted
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def _copy_finished(reference: Path, data: dict, tmp_path: Path) -> Path:

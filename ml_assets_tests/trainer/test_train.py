@@ -44,7 +44,7 @@ def trained(tmp_path_factory) -> tuple[TrainConfig, Path, subprocess.CompletedPr
     cfg = TrainConfig(
         model="toy", task="binary_classification", train_files=[_ref(root / "train.parquet")],
         val_files=[_ref(root / "val.parquet")], feature_state=_ref(root / "state.json"),
-        output_dir=str(root / "out"), epochs=4, batch_size=64, learning_rate=0.01, seed=1,
+        output_dir=str(root / "out"), epochs=4, batch_size=64, learning_rate=0.01, seed=1, precision="fp32",
     )
     (root / "config.json").write_text(cfg.to_json())
     proc = subprocess.run(

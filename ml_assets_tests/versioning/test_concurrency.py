@@ -26,6 +26,29 @@ WRITER = textwrap.dedent('''
 ''')
 
 
+OPENER = textwrap.dedent('''
+    import sys, time
+    from ml_assets.versioning import LocalVersionStore
+
+    while time.time() < float(sys.argv[2]):
+        time.sleep(0.001)
+    LocalVersionStore(sys.argv[1]).ensure_repository("opened")
+''')
+
+
+def test_eight_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
+    """Creating the store's tables is one locked step: a process never sees them half-made."""
+    import time
+
+    for attempt in range(3):
+        root = tmp_path / f"store{attempt}"
+        go = str(time.time() + 3)  # every process opens the store at the same moment
+        openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(root), go], stderr=subprocess.PIPE, text=True)
+                   for _ in range(8)]
+        results = [(o.wait(timeout=120), o.stderr.read()) for o in openers]
+        assert [code for code, _ in results] == [0] * 8, [err[-1500:] for code, err in results if code]
+
+
 def test_eight_processes_commit_and_merge_into_main(tmp_path):
     store = LocalVersionStore(tmp_path / "versions")
     store.ensure_repository("conc-test")

@@ -1,5 +1,6 @@
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,9 +95,20 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             for name, value in ckpt["training_config"].items():
                 if not isinstance(value, list | dict):
                     client.log_param(run_id, name, value)
-            for entry in ckpt["history"]:
-                for metric in ("train_loss", "val_loss"):
-                    client.log_metric(run_id, metric, entry[metric], step=entry["epoch"])
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            epochs = [Metric(metric, entry[metric], now, entry["epoch"])
+                      for entry in ckpt["history"] for metric in ("train_loss", "val_loss")]
+            # The trainer's progress reports (rank 0, every report_every_steps) as step metrics.
+            steps = [Metric(name, float(entry[key]), int(entry["time"] * 1000), int(entry["step"]))
+                     for entry in ckpt.get("progress", []) for name, key in
+                     (("step_loss", "loss"), ("samples_per_s", "samples_per_s"), ("learning_rate", "lr"))]
+            for start in range(0, len(epochs + steps), 1000):  # MLflow's batch limit
+                client.log_batch(run_id, metrics=(epochs + steps)[start:start + 1000])
+            for name in ("samples_per_s", "data_wait_pct", "checkpoint_stall_s", "cpu_hours", "gpu_hours"):
+                if name in ckpt:
+                    client.log_metric(run_id, f"training_{name}", float(ckpt[name]))
             for name in ("roc_auc", "pr_auc", "log_loss", "rmse", "mae", "r2"):
                 if name in report:
                     client.log_metric(run_id, f"test_{name}", float(report[name]))

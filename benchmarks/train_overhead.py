@@ -1,0 +1,88 @@
+"""The platform trainer against a bare PyTorch loop: same model, data, recipe and thread count.
+
+    python -m benchmarks.train_overhead [--quick]
+
+Data: the bundled model's real features (60 days of 2013 flights for training, the next day for
+validation), built by the platform's feature code. Ours: ``ml_assets.trainer.train`` under torchrun
+with one rank and one thread, as the ``trained_checkpoint`` asset runs it (epoch-end checkpoints,
+best-weights file and progress reports included); its samples/s is rows trained / training-loop
+seconds (validation and checkpoints inside the loop count). The bare loop: the same model class,
+AdamW, warmup-cosine schedule, gradient clipping, autocast choice, shuffled batches and a
+validation pass per epoch, written by hand in this process with one thread. The runs take turns;
+the ratio of medians is the RESULT (goal >= 0.97).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks._training import bundled_inputs, median, spec_training, train
+from ml_assets.features.state import cardinalities
+from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.data import read_frame, read_state, to_tensors
+from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
+from ml_assets.trainer.train import choose_precision, warmup_cosine
+
+
+def bare_loop(cfg: TrainConfig) -> float:
+    """A hand-written loop of the same recipe; returns samples/s over its epochs."""
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    state = read_state(cfg.feature_state)
+    numeric, categorical, target = to_tensors(read_frame(cfg.train_files), state)
+    val = to_tensors(read_frame(cfg.val_files), state)
+    model = build_model(ModelConfig(n_numeric=numeric.shape[1], cardinalities=cardinalities(state),
+                                    hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    n, b = len(target), cfg.batch_size
+    total = math.ceil(n / b) * cfg.epochs
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg.warmup_steps, total, cfg.min_lr_ratio))
+    dtype, _ = choose_precision(cfg.precision, torch.device("cpu"), lambda _: None)
+    criterion = loss_fn(cfg.task)
+    started = time.perf_counter()
+    for _ in range(cfg.epochs):
+        order = torch.randperm(n)
+        x, c, y = numeric[order], categorical[order], target[order]
+        model.train()
+        for i in range(0, n, b):
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                out = model(x[i:i + b], c[i:i + b])
+            loss = criterion(out.float(), y[i:i + b]) / b
+            loss.backward()
+            if cfg.grad_clip_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+        model.eval()
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            float(criterion(model(val[0], val[1]).float(), val[2]))
+    return n * cfg.epochs / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="10 days, 1 epoch, one run each")
+    args = parser.parse_args()
+    days, epochs, runs = (10, 1, 1) if args.quick else (60, 4, 5)
+    with tempfile.TemporaryDirectory(prefix="ml_assets-bench-") as tmp:
+        inputs = bundled_inputs(Path(tmp) / "data", days)
+        fields = {**spec_training(), "epochs": epochs, "threads": 1}
+        cfg = TrainConfig(**inputs, output_dir=f"{tmp}/unused", **fields)
+        ours, bare = [], []
+        for _ in range(runs):
+            ours.append(train(inputs, **fields)["accounting"]["samples_per_s"])
+            bare.append(bare_loop(cfg))
+    print(f"platform trainer (torchrun, 1 rank, 1 thread): {median(ours):9,.0f} samples/s  runs {[round(v) for v in ours]}")
+    print(f"bare PyTorch loop (same recipe, 1 thread):      {median(bare):9,.0f} samples/s  runs {[round(v) for v in bare]}")
+    print(f"RESULT train_overhead {median(ours) / median(bare):.3f} goal >= 0.97")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Preemption through Dagster: SIGTERM to the running trainer during `dagster asset materialize`
+checkpoints, the asset raises a retryable failure, its RetryPolicy runs the step again, and the
+retry resumes from the checkpoint instead of starting over."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ml_assets_tests.conftest import cli_env, small_training, write_spec
+from ml_assets_tests.test_e2e_cli import INGEST, latest_metadata, materialize
+from ml_assets_tests.trainer.toy import descendants, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def trainer_workers(root: int) -> list[int]:
+    """The trainer processes (torchrun's workers) under the dagster CLI process ``root``."""
+    pids = []
+    for pid in descendants(root):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ml_assets.trainer.train" in cmdline and b"torch.distributed.run" not in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def test_sigterm_to_the_trainer_is_retried_and_resumes(home, tmp_path, spec_dict):
+    models = tmp_path / "models"
+    data = small_training(spec_dict, window_days=3, epochs=300)
+    data["training"].update(processes_per_node=1, retries=2, checkpoint={"every_steps": 20, "every_seconds": 0})
+    write_spec(models, data)
+    day = dt.date(2013, 3, 4)
+    for ingest_day in (day - dt.timedelta(days=n) for n in (3, 2, 1)):
+        proc = materialize(INGEST, ingest_day, models)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+
+    log = tmp_path / "materialize.log"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ml_assets", "--select",
+         "flights_delay/trained_checkpoint", "--partition", day.isoformat()],
+        stdout=subprocess.DEVNULL, stderr=log.open("w"), env=cli_env(ML_ASSETS_MODELS_DIR=str(models)),
+    )
+    ckpts = home / "checkpoints" / "flights_delay" / f"date={day.isoformat()}"
+    wait_for(lambda: any(ckpts.glob("train-*/step-*/manifest.json")), timeout=300, what="a checkpoint")
+    workers = trainer_workers(cli.pid)
+    assert len(workers) == 1
+    os.kill(workers[0], signal.SIGTERM)
+    assert cli.wait(timeout=600) == 0, log.read_text()[-5000:]
+
+    text = log.read_text()
+    assert "TrainingPreempted" in text and "the retry resumes from there" in text
+    assert "STEP_UP_FOR_RETRY" in text or "up for retry" in text.lower()
+    meta = latest_metadata(dg.DagsterInstance.get(), "trained_checkpoint", day)
+    assert meta is not None and meta["resumed_from_step"] > 0, text[-3000:]
+    assert meta["steps"] > meta["resumed_from_step"], text[-3000:]
+    assert len(list(ckpts.glob("train-*"))) == 1  # the retry used the same checkpoints, not new ones
