@@ -34,9 +34,10 @@ def bundled_inputs(root: Path, train_days: int) -> dict:
     rows = flights.filter(day <= dt.date(2013, 1, 1) + dt.timedelta(days=train_days))
     tables = {"rows": rows, **{n: _bundled_table(t.table)[0] for n, t in SPEC.source.dimensions.items()}}
     features = build_features(SPEC, tables).frame.sort("__timestamp")
-    cutoff = features["__timestamp"].max() - dt.timedelta(days=1)
-    train = features.filter(pl.col("__timestamp") <= cutoff)
-    val = features.filter(pl.col("__timestamp") > cutoff)
+    day_of = pl.col("__timestamp").cast(pl.String).str.slice(0, 10)  # ISO timestamps: the UTC day
+    last = features.select(day_of.max()).item()
+    train = features.filter(day_of < last)
+    val = features.filter(day_of == last)
     root.mkdir(parents=True, exist_ok=True)
     train.write_parquet(root / "train.parquet")
     val.write_parquet(root / "val.parquet")

@@ -71,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer saves, a short training run each")
     args = parser.parse_args()
-    saves, runs, steps, every = (2, 1, 24, 1.0) if args.quick else (5, 3, 300, 5.0)
+    saves, runs, steps, every = (2, 1, 24, 1.0) if args.quick else (5, 3, 160, 10.0)
     with tempfile.TemporaryDirectory(prefix="ml_assets-bench-") as tmp:
         times = stalls(Path(tmp) / "stall", saves)
         sync = statistics.median(times["off"])

@@ -55,12 +55,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    days, runs = (10, 1) if args.quick else (60, 5)
+    days, runs, epochs = (10, 1, 300) if args.quick else (60, 5, 40)
     seconds, lost, fresh = [], [], []
     with tempfile.TemporaryDirectory(prefix="ml_assets-bench-") as tmp:
         inputs = bundled_inputs(Path(tmp) / "data", days)
         for run in range(runs):
-            cfg = TrainConfig(**inputs, **spec_training(), output_dir=f"{tmp}/run{run}", epochs=20, threads=1,
+            cfg = TrainConfig(**inputs, **spec_training(), output_dir=f"{tmp}/run{run}", epochs=epochs, threads=1,
                               checkpoint_every_steps=INTERVAL, report_every_steps=1)
             config = Path(tmp) / f"config{run}.json"
             config.write_text(cfg.to_json())

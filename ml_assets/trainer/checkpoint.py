@@ -173,6 +173,7 @@ class CheckpointManager:
         self._pending: Future | None = None
         self._finalizer: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._best_writer: threading.Thread | None = None
         self.saved_steps: list[int] = []
 
     # saving
@@ -222,6 +223,7 @@ class CheckpointManager:
         if self._finalizer is not None:
             self._finalizer.join()
             self._finalizer = None
+        self._join_best()
         if self._error is not None:
             error, self._error = self._error, None
             raise CheckpointError(f"writing a checkpoint under {self.root} failed: {error}") from error
@@ -319,17 +321,34 @@ class CheckpointManager:
 
     # best weights
     def save_best(self, weights: dict[str, torch.Tensor], info: dict) -> None:
-        """Rank 0: the best weights so far as safetensors + manifest (replacing the previous best)."""
-        directory = f"{self.root}/{BEST}"
-        fs, path = _fs(directory)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-        fs.makedirs(path, exist_ok=True)
-        with fs.open(f"{path}/model.safetensors", "wb") as fh:
-            fh.write(safetensors_save(_contiguous(weights)))
-        write_manifest(directory, info)
+        """Rank 0: the best weights so far as safetensors + manifest, replacing the previous best.
+        The tensors are copied now; the file is written in the background."""
+        copied = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}
+        self._join_best()
+        self._best_writer = threading.Thread(target=self._write_best, args=(copied, info), name="best-weights",
+                                             daemon=True)
+        self._best_writer.start()
+
+    def _write_best(self, weights: dict[str, torch.Tensor], info: dict) -> None:
+        try:
+            directory = f"{self.root}/{BEST}"
+            fs, path = _fs(directory)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+            fs.makedirs(path, exist_ok=True)
+            with fs.open(f"{path}/model.safetensors", "wb") as fh:
+                fh.write(safetensors_save(weights))
+            write_manifest(directory, info)
+        except BaseException as exc:  # reported by wait() on the training thread
+            self._error = exc
+
+    def _join_best(self) -> None:
+        if self._best_writer is not None:
+            self._best_writer.join()
+            self._best_writer = None
 
     def load_best(self) -> tuple[dict[str, torch.Tensor], dict] | None:
+        self._join_best()
         directory = f"{self.root}/{BEST}"
         fs, path = _fs(directory)
         if not fs.exists(path):

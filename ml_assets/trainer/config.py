@@ -86,7 +86,7 @@ class TrainConfig:
     """torch intra-op threads per rank; 0 leaves torch's default (OMP_NUM_THREADS)."""
     report_every_steps: int = 50
     checkpoint_every_steps: int = 0
-    checkpoint_every_seconds: float = 0.0
+    checkpoint_every_seconds: float = 300.0
     """Checkpoint every N optimizer steps and/or every M seconds (0 turns either off); epoch ends
     and preemption always checkpoint."""
     keep_last: int = 2

@@ -63,19 +63,23 @@ class ResumableSampler(DistributedSampler):
         left = max(len(self.dataset) - self.start, 0)
         return math.ceil(left / self.num_replicas)
 
-    def __iter__(self):
+    def order(self) -> torch.Tensor:
+        """This rank's rows for the rest of the epoch, as one tensor (no Python list of ints)."""
         n = len(self.dataset)
         if self.shuffle:
             generator = torch.Generator()
             generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(n, generator=generator).tolist()
+            order = torch.randperm(n, generator=generator)
         else:
-            order = list(range(n))
+            order = torch.arange(n)
         left = order[self.start:]
         padding = self._remaining() * self.num_replicas - len(left)
         if padding:
-            left += (order * math.ceil(padding / max(n, 1)))[:padding]
-        return iter(left[self.rank::self.num_replicas])
+            left = torch.cat([left, order.repeat(math.ceil(padding / max(n, 1)))[:padding]])
+        return left[self.rank::self.num_replicas]
+
+    def __iter__(self):
+        return iter(self.order().tolist())
 
     def __len__(self) -> int:
         return self._remaining()
@@ -106,7 +110,7 @@ def make_loader(tensors: tuple[torch.Tensor, ...], sampler: ResumableSampler, mi
                 num_workers: int, pin_memory: bool, prefetch_factor: int) -> Iterable[tuple[torch.Tensor, ...]]:
     """This rank's micro-batches for the sampler's epoch. In-process (no DataLoader) unless workers
     or pinned memory are asked for: rows already in memory need no worker to fetch them."""
-    batches = Batches(tensors, torch.tensor(list(iter(sampler)), dtype=torch.int64), micro_batch)
+    batches = Batches(tensors, sampler.order(), micro_batch)
     if not num_workers and not pin_memory:
         return batches
     options = {"num_workers": num_workers, "pin_memory": pin_memory}

@@ -33,6 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -212,7 +213,6 @@ class Trainer:
             self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
             gradient_as_bucket_view=True)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.sampler = ResumableSampler(self.train_t[2], num_replicas=rt.world, rank=rt.rank, seed=cfg.seed)
         self.micro_batch = max(1, cfg.batch_size // (rt.world * cfg.grad_accum_steps))
         rows_per_rank = math.ceil(len(self.train_t[2]) / rt.world)
         self.steps_per_epoch = math.ceil(math.ceil(rows_per_rank / self.micro_batch) / cfg.grad_accum_steps)
@@ -231,6 +231,9 @@ class Trainer:
                       "rows": 0, "steps": 0}
         self.resumed_from: int | None = None
         self.started = PROCESS_STARTED
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="next-epoch")
+        self._next: tuple[int, Future] | None = None
+        self._last_saved_step = 0
 
     # -- state ---------------------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -262,6 +265,7 @@ class Trainer:
         # A copy: the background writer serializes it while training goes on.
         progress = json.loads(json.dumps(self.progress.to_dict()))
         stall = self.ckpt.save(self.progress.step, self.tensors(), progress, blocking=blocking)
+        self._last_saved_step = self.progress.step
         self.stats["checkpoint_stall_s"] += stall
         self.stats["checkpoints"] += 1
 
@@ -305,7 +309,7 @@ class Trainer:
                      "weights carry over, dropout's random stream is reseeded")
         if not self.rt.master:
             self.progress.epoch_loss = [0.0, 0.0]  # rank 0 carries the epoch's partial sums
-        self.resumed_from = found.step
+        self.resumed_from = self._last_saved_step = found.step
         self.log(f"resumed from {found.directory}: step {found.step}, epoch {self.progress.epoch + 1}, "
                  f"{self.progress.rows_in_epoch} rows into it")
 
@@ -353,12 +357,11 @@ class Trainer:
         interval = {"loss": 0.0, "rows": 0.0, "t": time.perf_counter(), "step": p.step}
         loop_started = time.perf_counter()
         while p.epoch < cfg.epochs and not p.done:
-            self.sampler.set_epoch(p.epoch)
-            self.sampler.set_start(p.rows_in_epoch)
-            waited = time.perf_counter()
-            loader = make_loader(self.train_t, self.sampler, self.micro_batch, num_workers=cfg.num_workers,
-                                 pin_memory=cfg.pin_memory, prefetch_factor=cfg.prefetch_factor)
+            waited, epoch_start = time.perf_counter(), p.rows_in_epoch
+            loader = self._loader(p.epoch, epoch_start)
             self.stats["data_wait_s"] += time.perf_counter() - waited
+            if p.epoch + 1 < cfg.epochs:  # the next epoch's rows are gathered while this one trains
+                self._next = (p.epoch + 1, self._prefetcher.submit(self._build_loader, p.epoch + 1, 0))
             micro_total = len(loader)
             batches = iter(loader)
             micro = 0
@@ -389,7 +392,7 @@ class Trainer:
                 self._optimizer_step()
                 p.step += 1
                 self.stats["steps"] += 1
-                p.rows_in_epoch = min(self.sampler.start + micro * self.micro_batch * self.rt.world, len(self.train_t[2]))
+                p.rows_in_epoch = min(epoch_start + micro * self.micro_batch * self.rt.world, len(self.train_t[2]))
                 if p.step % cfg.report_every_steps == 0:
                     self._report_progress(interval)
                 if cfg.max_steps and p.step >= cfg.max_steps:
@@ -419,12 +422,36 @@ class Trainer:
             if p.done and micro < micro_total:
                 break
             self._end_epoch()
-            self.checkpoint()
-            last_save = time.monotonic()
+            # An epoch's end is a natural resume point, but not worth a checkpoint of its own when the
+            # spec sets an interval that is not due yet (small epochs would checkpoint constantly).
+            periodic = cfg.checkpoint_every_steps or cfg.checkpoint_every_seconds
+            due = (p.done or not periodic
+                   or bool(cfg.checkpoint_every_steps and p.step - self._last_saved_step >= cfg.checkpoint_every_steps)
+                   or bool(cfg.checkpoint_every_seconds and time.monotonic() - last_save >= cfg.checkpoint_every_seconds))
+            if self.rt.world > 1:
+                _, due = self._flags(False, due)
+            if due:
+                self.checkpoint()
+                last_save = time.monotonic()
         self.stats["loop_s"] += time.perf_counter() - loop_started
         if not self.ckpt.saved_steps or self.ckpt.saved_steps[-1] != p.step:
             self.checkpoint()
         self.ckpt.wait()
+
+    def _build_loader(self, epoch: int, start: int):
+        sampler = ResumableSampler(self.train_t[2], num_replicas=self.rt.world, rank=self.rt.rank, seed=self.cfg.seed)
+        sampler.set_epoch(epoch)
+        sampler.set_start(start)
+        return make_loader(self.train_t, sampler, self.micro_batch, num_workers=self.cfg.num_workers,
+                           pin_memory=self.cfg.pin_memory, prefetch_factor=self.cfg.prefetch_factor)
+
+    def _loader(self, epoch: int, start: int):
+        if self._next is not None and self._next[0] == epoch and start == 0:
+            loader = self._next[1].result()
+        else:
+            loader = self._build_loader(epoch, start)
+        self._next = None
+        return loader
 
     def _optimizer_step(self) -> None:
         if self.scaler:
@@ -519,6 +546,7 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
         trainer.resume()
         trainer.run(stop)
     finally:
+        trainer._prefetcher.shutdown(cancel_futures=True)
         trainer.ckpt.close()
     weights, which = trainer.final_weights()
     result = {"trainer": trainer, "accounting": trainer.accounting(time.perf_counter() - started), "weights_from": which}
