@@ -46,6 +46,10 @@ PROGRESS = "progress.json"
 BEST = "best"
 STEP_PREFIX = "step-"
 FORMAT = 1
+ASYNC_MIN_BYTES = 16 * 2**20
+"""Below this, a checkpoint is written synchronously even in an async mode: a small state is written
+in about the time async staging takes (~10 ms measured for the bundled model), and a synchronous
+checkpoint is committed before training goes on, so a crash right after it loses nothing."""
 
 
 class CheckpointError(RuntimeError):
@@ -159,7 +163,8 @@ class CheckpointManager:
     Every rank calls ``save`` at the same step (DCP is collective). Rank 0 alone writes
     progress.json and the manifest, after every rank's files are written, then prunes to the last
     ``keep_last`` complete checkpoints. ``mode`` "thread"/"process" returns as soon as the state is
-    copied to memory; the write, the hashing and the manifest happen in the background.
+    copied to memory; the write, the hashing and the manifest happen in the background (for states
+    of at least ASYNC_MIN_BYTES; smaller ones are written synchronously).
     """
 
     def __init__(self, root: str, *, rank: int, world: int, mode: str, keep_last: int,
@@ -184,7 +189,8 @@ class CheckpointManager:
         self.wait()
         directory = f"{self.root}/{STEP_PREFIX}{step:09d}"
         writer = FsspecWriter(directory, overwrite=True)
-        if self.mode == "off" or blocking:
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.mode == "off" or blocking or size < ASYNC_MIN_BYTES:
             dcp.save(tensors, storage_writer=writer, process_group=self.group)
             if self.rank == 0:
                 self._finish(directory, step, progress)

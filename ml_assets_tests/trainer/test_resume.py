@@ -263,3 +263,35 @@ def test_the_trainer_refuses_a_bad_config_by_name(tmp_path, data):
                            str(tmp_path / "bad.json")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "batch_size must be >= 1, got 0" in proc.stderr and "family 'transformer'" in proc.stderr
+
+
+ASYNC_ROUNDTRIP = """
+import os, sys, torch, torch.distributed as dist
+from ml_assets.trainer.checkpoint import ASYNC_MIN_BYTES, CheckpointManager
+root, mode, port = sys.argv[1], sys.argv[2], sys.argv[3]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0)
+state = {"model.w": torch.randn(ASYNC_MIN_BYTES // 4 + 1000), "optim.w.step": torch.tensor(3.0)}
+manager = CheckpointManager(root, rank=0, world=1, mode=mode, keep_last=2, log=print, warn=print)
+held = manager.save(7, state, {"fingerprint": "f", "step": 7})
+saved = {k: v.clone() for k, v in state.items()}
+state["model.w"].add_(1.0)  # training goes on while the write runs: the checkpoint must not see it
+manager.wait()
+found = manager.latest("f")
+target = {k: torch.zeros_like(v) for k, v in state.items()}
+manager.load(found, target)
+assert found.step == 7 and found.progress["step"] == 7
+assert all(torch.equal(target[k], saved[k]) for k in saved), "restored tensors differ"
+manager.close()
+print("ok", held)
+"""
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_an_async_checkpoint_holds_the_state_of_its_step(tmp_path, mode):
+    proc = subprocess.run([sys.executable, "-c", ASYNC_ROUNDTRIP, str(tmp_path / "ckpt"), mode, str(free_port())],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ok" in proc.stdout
+    assert (tmp_path / "ckpt" / "step-000000007" / "manifest.json").exists()

@@ -18,14 +18,7 @@ from ml_assets.trainer.checkpoint import load_checkpoint
 from ml_assets.trainer.config import DataRef, TrainConfig
 from ml_assets.trainer.data import to_tensors
 from ml_assets_tests.conftest import cli_env
-
-
-def _frame(rng: np.random.Generator, n: int) -> pl.DataFrame:
-    x = rng.normal(size=n)
-    group = rng.choice(["a", "b", "c"], size=n)
-    logit = 2.5 * x + np.where(group == "a", 1.5, -1.0)
-    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.float32)
-    return pl.DataFrame({"x": x, "noise": rng.normal(size=n), "group": group, "label": y})
+from ml_assets_tests.trainer.toy import frame
 
 
 def _ref(path: Path) -> DataRef:
@@ -36,7 +29,7 @@ def _ref(path: Path) -> DataRef:
 def trained(tmp_path_factory) -> tuple[TrainConfig, Path, subprocess.CompletedProcess]:
     root = tmp_path_factory.mktemp("train")
     rng = np.random.default_rng(0)
-    train, val = _frame(rng, 3000), _frame(rng, 501)  # an odd count: ranks get unequal shards
+    train, val = frame(rng, 3000), frame(rng, 501)  # an odd count: ranks get unequal shards
     train.write_parquet(root / "train.parquet")
     val.write_parquet(root / "val.parquet")
     state = fit_state(train, FeaturesSpec(numeric=["x", "noise"], categorical=["group"]), "label", "binary_classification")
