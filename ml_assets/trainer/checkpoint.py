@@ -61,7 +61,7 @@ class CheckpointError(RuntimeError):
 _ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
                     "torch.distributed.checkpoint.planner")
 _ALLOWED_GLOBALS = {("torch", "Size"), ("torch", "device"), ("collections", "OrderedDict"),
-                    ("torch.serialization", "_get_layout"), ("torch._utils", "_rebuild_tensor_v2")}
+                    ("torch.serialization", "_get_layout")}
 
 
 class _MetadataUnpickler(pickle.Unpickler):
