@@ -136,8 +136,13 @@ class TrainConfig:
         return (self.checkpoint_dir or f"{self.output_dir.rstrip('/')}/checkpoints").rstrip("/")
 
     def fingerprint(self) -> str:
-        """sha256 of everything that decides the weights: data, state, model, optimizer, seed."""
+        """sha256 of everything that decides the weights: data bytes, state, model, optimizer, seed.
+        A file's version-store commit is lineage, not content: the same bytes reached through a
+        later commit train the same weights and may resume the same checkpoints."""
         kept = {k: v for k, v in asdict(self).items() if k not in NOT_TRAINING}
+        for key in ("train_files", "val_files"):
+            kept[key] = [{k: v for k, v in ref.items() if k != "commit"} for ref in kept[key]]
+        kept["feature_state"] = {k: v for k, v in kept["feature_state"].items() if k != "commit"}
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
     @classmethod

@@ -115,3 +115,20 @@ def test_model_families_rebuild_from_json_config():
         assert out.shape == (5,)
     with pytest.raises(ValueError, match="family 'tree'"):
         build_model({**config.to_dict(), "family": "tree"})
+
+
+def test_the_checkpoint_key_follows_what_decides_the_weights(data, tmp_path):
+    """Same bytes reached through another commit, another output or reporting setting: same key
+    (a re-run resumes). Other bytes or another hyperparameter: another key (a fresh start)."""
+    from dataclasses import replace
+
+    from ml_assets.trainer.config import DataRef, TrainConfig
+
+    base = TrainConfig(**data, output_dir=str(tmp_path / "a"))
+    recommitted = [DataRef(uri=r.uri, sha256=r.sha256, day=r.day, commit="a-later-commit") for r in base.train_files]
+    same = [replace(base, train_files=recommitted), replace(base, output_dir=str(tmp_path / "b"), report_every_steps=7,
+                                                           checkpoint_every_seconds=5.0, keep_last=9)]
+    assert {c.fingerprint() for c in same} == {base.fingerprint()}
+    changed = [replace(base, learning_rate=0.01), replace(base, seed=1),
+               replace(base, train_files=[DataRef(uri=base.train_files[0].uri, sha256="0" * 64)])]
+    assert len({c.fingerprint() for c in changed} | {base.fingerprint()}) == 4
