@@ -300,9 +300,10 @@ class Trainer:
         self.progress = Progress(**{k: p[k] for k in Progress.__dataclass_fields__ if k in p})
         saved_world = int(rng_rows["rng.cpu"].shape[0]) if "rng.cpu" in rng_rows else 0
         if saved_world == self.rt.world:
-            torch.set_rng_state(rng_rows["rng.cpu"][self.rt.rank])
+            # A copy: torch.set_rng_state crashes (SIGSEGV) on a row view at a non-zero offset.
+            torch.set_rng_state(rng_rows["rng.cpu"][self.rt.rank].clone())
             if "rng.cuda" in rng_rows and self.rt.device.type == "cuda" and self.rt.world == 1:
-                torch.cuda.set_rng_state(rng_rows["rng.cuda"][0], self.rt.device)
+                torch.cuda.set_rng_state(rng_rows["rng.cuda"][0].clone(), self.rt.device)
         else:
             torch.manual_seed(self.cfg.seed * 1_000_003 + self.progress.step * 101 + self.rt.rank)
             self.log(f"checkpoint written by {saved_world} rank(s), resuming on {self.rt.world}: data order and "

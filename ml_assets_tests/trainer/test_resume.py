@@ -195,6 +195,25 @@ def test_a_checkpoint_written_by_n_ranks_resumes_on_m(data, tmp_path, first, sec
     assert meta["history"][-1]["val_loss"] < 0.5  # it kept learning (the base rate scores ~0.69)
 
 
+def test_two_ranks_stopped_and_resumed_on_two_ranks_give_the_same_bits(data, tmp_path):
+    """Same world size: every rank gets its own RNG state back; then a rerun of the finished
+    training exports the same weights again."""
+    fields = {**EXACT, "checkpoint_every_steps": 20, "epochs": 2}
+    write_config(tmp_path / "whole.json", data, output_dir=str(tmp_path / "whole"), **fields)
+    assert run(torchrun_args(tmp_path / "whole.json", nproc=2)).returncode == 0
+    config = tmp_path / "config.json"
+    write_config(config, data, output_dir=str(tmp_path / "out"), **fields)
+    step = _stop_after_a_mid_epoch_checkpoint(config, tmp_path / "first.log", 2)
+    resumed = run(torchrun_args(config, nproc=2))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"step-{step:09d}: step {step}," in resumed.stderr
+    assert weights(tmp_path / "out") == weights(tmp_path / "whole")
+    rerun = run(torchrun_args(config, nproc=2))  # finds the training finished
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "the checkpoint says training already finished" in rerun.stderr
+    assert weights(tmp_path / "out") == weights(tmp_path / "whole")
+
+
 def test_checkpoints_on_s3_resume(data, tmp_path, s3_endpoint):
     import boto3
 
