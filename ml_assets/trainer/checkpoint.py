@@ -12,7 +12,7 @@ not match its manifest is corrupt or tampered: named in a warning and skipped fo
 if no complete checkpoint verifies, resuming fails instead of silently starting over.
 
 Nothing here unpickles anything a checkpoint store could hand us: only tensors go into DCP (so its
-loader never reaches ``torch.load(weights_only=False)`` for non-tensor items), DCP's ``.metadata``
+loader never unpickles non-tensor items, which it would do without the weights-only guard), DCP's ``.metadata``
 is read with an unpickler that admits DCP's own metadata classes and nothing else, and every file is
 verified against the manifest before DCP reads it. The final export is safetensors plus JSON.
 """
