@@ -10,7 +10,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import polars as pl
@@ -80,7 +79,3 @@ def train(inputs: dict, nproc: int = 1, **fields) -> dict:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
-
-
-def stopwatch() -> float:
-    return time.perf_counter()

@@ -179,7 +179,6 @@ class CheckpointManager:
         self._finalizer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._best_writer: threading.Thread | None = None
-        self.saved_steps: list[int] = []
 
     # saving
     def save(self, step: int, tensors: dict[str, torch.Tensor], progress: dict, *, blocking: bool = False) -> float:
@@ -204,7 +203,6 @@ class CheckpointManager:
                 self._finalizer = threading.Thread(target=self._finish_after, args=(future, directory, step, progress),
                                                    name="checkpoint-manifest", daemon=True)
                 self._finalizer.start()
-        self.saved_steps.append(step)
         return time.perf_counter() - started
 
     def _finish_after(self, future: Future, directory: str, step: int, progress: dict) -> None:

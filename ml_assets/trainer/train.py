@@ -230,7 +230,6 @@ class Trainer:
         self.stats = {"data_wait_s": 0.0, "loop_s": 0.0, "checkpoint_stall_s": 0.0, "checkpoints": 0,
                       "rows": 0, "steps": 0}
         self.resumed_from: int | None = None
-        self.started = PROCESS_STARTED
         self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="next-epoch")
         self._next: tuple[int, Future] | None = None
         self._last_saved_step = 0
@@ -401,7 +400,7 @@ class Trainer:
                     break
                 if self.stats["steps"] == 1:
                     self.log(f"first step of this attempt: step {p.step}, "
-                             f"{time.perf_counter() - self.started:.1f}s after the process started")
+                             f"{time.perf_counter() - PROCESS_STARTED:.1f}s after the process started")
                 # (The epoch's end checkpoints anyway.) Step counts are the same on every rank; clocks
                 # and signals are not, so those are agreed on by all ranks (every SYNC_EVERY steps).
                 mid = micro < micro_total
@@ -435,7 +434,7 @@ class Trainer:
                 self.checkpoint()
                 last_save = time.monotonic()
         self.stats["loop_s"] += time.perf_counter() - loop_started
-        if not self.ckpt.saved_steps or self.ckpt.saved_steps[-1] != p.step:
+        if self._last_saved_step != p.step:
             self.checkpoint()
         self.ckpt.wait()
 
