@@ -5,7 +5,13 @@
                                                                 walk a model back to its source bytes
     ml-assets replay-checks MODEL --start D --end D [--json] [--ignore-waivers]
                                                                 the snapshot's checks over past source days
+    ml-assets promote MODEL VERSION --reason TEXT                make VERSION the champion (its gate must have passed)
+    ml-assets rollback MODEL --reason TEXT                       the previous champion back
+    ml-assets audit MODEL [--version N] [--format md|json]      evidence, data checks, promotions, pins
+    ml-assets reproduce MODEL --version N                        retrain from the records; compare weights
     ml-assets paths                                             where the local home keeps everything
+
+Exit codes: 0 done, 1 refused or failed (the message says why), 2 bad model name, version or input.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 
 from ml_assets.settings import PACKAGE_DIR, Settings, load_settings
 
@@ -132,25 +139,13 @@ def version_store(settings: Settings):
 
 def lineage(model: str, version: str | None, alias: str | None, partition: str | None, as_json: bool) -> int:
     """Exit 0 when every reachable hash matches, 1 on a mismatch, 2 when the model or version does not exist."""
-    from mlflow.tracking import MlflowClient
-
     from ml_assets import lineage as lin
-    from ml_assets.defs.raw.paths import object_paths
     from ml_assets.names import InvalidName
-    from ml_assets.spec import SpecError, load_spec
 
     settings = load_settings()
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
-    store = version_store(settings)
+    client, store = _client(settings), version_store(settings)
     try:
-        spec = load_spec(settings.models_dir / f"{model}.yaml")
-        paths_of = lambda day: list(object_paths(spec, dt.date.fromisoformat(day)).values())  # noqa: E731
-    except SpecError:  # the spec is gone or broken: list the day's objects from the store instead
-        paths_of = None
-    try:
-        result = lin.trace(client, store, model, version, alias, partition, paths_of)
+        result = lin.trace(client, store, model, version, alias, partition, _object_paths(settings, model))
     except (lin.LineageError, InvalidName) as exc:
         print(f"ml-assets lineage: {exc}", file=sys.stderr)
         return 2
@@ -158,6 +153,19 @@ def lineage(model: str, version: str | None, alias: str | None, partition: str |
     for check in result.mismatches:
         print(f"MISMATCH: {check.what}: expected {check.expected}, found {check.actual} at {check.where}", file=sys.stderr)
     return 1 if result.mismatches else 0
+
+
+def _object_paths(settings: Settings, model: str):
+    """The day's object paths from the spec, or None (the store is listed) when the spec is gone."""
+    from ml_assets.defs.raw.paths import object_paths
+    from ml_assets.names import InvalidName, check_model_name
+    from ml_assets.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(settings.models_dir / f"{check_model_name(model)}.yaml")
+    except (SpecError, InvalidName):
+        return None
+    return lambda day: list(object_paths(spec, dt.date.fromisoformat(day)).values())
 
 
 def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waivers: bool) -> int:
@@ -199,6 +207,105 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     return 1 if failed else 0
 
 
+def _client(settings: Settings):
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    return MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
+
+
+def _bad(command: str, message: str) -> int:
+    print(f"ml-assets {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def move_champion(command: str, model: str, version: str | None, reason: str) -> int:
+    """Promote or roll back through the promotion job (the same audited path the sensor uses)."""
+    import getpass
+
+    from ml_assets import registry
+    from ml_assets.names import InvalidName, check_model_name
+    from ml_assets.spec import SpecError, load_spec
+
+    settings = load_settings()
+    try:
+        check_model_name(model)
+        spec = load_spec(settings.models_dir / f"{model}.yaml")
+        if not reason.strip():
+            raise ValueError("--reason must say why (it goes into the audit record)")
+        if version is not None:
+            registry.get_version(_client(settings), model, version)
+    except (InvalidName, SpecError, registry.RegistryError, ValueError) as exc:
+        return _bad(command, str(exc).splitlines()[0])
+    prepare_home(settings)
+    import dagster as dg
+
+    import ml_assets
+    from ml_assets.defs.common import asset_key
+    from ml_assets.defs.promotion.assets import promotion_run_config
+
+    job = ml_assets.code_location.resolve_job_def(f"{spec.name}_promote")
+    actor = f"cli {getpass.getuser()}"
+    result = job.execute_in_process(
+        run_config=promotion_run_config(spec, command, version or "", reason, actor),
+        instance=dg.DagsterInstance.get(), raise_on_error=False,
+        tags={"ml_assets/model": spec.name, "ml_assets/promotion": command},
+    )
+    if not result.success:
+        for event in result.all_events:
+            if event.is_failure and event.step_key:
+                print(f"ml-assets {command}: {event.step_failure_data.error.message.strip()}"
+                      if event.step_failure_data and event.step_failure_data.error else event.message, file=sys.stderr)
+        return 1
+    materialization = result.asset_materializations_for_node(asset_key(spec, "production_model").to_python_identifier())[-1]
+    meta = {k: v.value for k, v in materialization.metadata.items()}
+    print(f"{spec.name}: @champion is version {meta['champion_version']} ({meta['outcome']}: {meta['decision']}; "
+          f"previous {meta['previous_version']}); recorded in {meta['promotions_log']} and the version's MLflow tags")
+    return 0
+
+
+def audit(model: str, version: str | None, fmt: str) -> int:
+    import json
+
+    from ml_assets import audit as aud
+    from ml_assets import lineage as lin
+    from ml_assets import registry
+    from ml_assets.names import InvalidName
+
+    settings = load_settings()
+    try:
+        found = aud.collect(_client(settings), version_store(settings), model, version,
+                            _object_paths(settings, model))
+    except (lin.LineageError, registry.RegistryError, InvalidName) as exc:
+        return _bad("audit", str(exc))
+    print(json.dumps(found, indent=1, default=str) if fmt == "json" else aud.render_markdown(found))
+    return 1 if found["mismatches"] else 0
+
+
+def reproduce(model: str, version: str, workdir: str | None) -> int:
+    from ml_assets import audit as aud
+    from ml_assets import registry
+    from ml_assets.defs.common import package_code_version
+    from ml_assets.names import InvalidName
+
+    settings = load_settings()
+    where = Path(workdir) if workdir else settings.home / "reproduce"
+    try:
+        result = aud.reproduce(_client(settings), model, version, where, package_code_version())
+    except (registry.RegistryError, InvalidName) as exc:
+        return _bad("reproduce", str(exc))
+    if result.identical:
+        print(f"{model} version {version}: reproduced bit for bit; weights sha256 {result.actual_sha256} "
+              f"(in {result.output_dir})")
+        return 0
+    print(f"{model} version {version}: NOT reproduced: expected weights sha256 {result.expected_sha256}, "
+          f"got {result.actual_sha256}", file=sys.stderr)
+    for reason in result.reasons:
+        print(f"  reason: {reason}", file=sys.stderr)
+    return 1
+
+
 def paths() -> int:
     settings = load_settings()
     for name in ("home", "dagster_home", "version_store_root", "artifacts_root", "checkpoints_root", "mlflow_dir"):
@@ -226,8 +333,29 @@ def main(argv: list[str] | None = None) -> None:
     replay.add_argument("--end", required=True, help="last day (YYYY-MM-DD)")
     replay.add_argument("--json", action="store_true", help="print every day's verdict as JSON")
     replay.add_argument("--ignore-waivers", action="store_true", help="judge as if the spec waived nothing")
+    promote = sub.add_parser("promote", help="make a version the champion (its promotion gate must have passed)")
+    promote.add_argument("model")
+    promote.add_argument("version")
+    promote.add_argument("--reason", required=True, help="why; recorded in the audit log")
+    back = sub.add_parser("rollback", help="put the previous champion back")
+    back.add_argument("model")
+    back.add_argument("--reason", required=True, help="why; recorded in the audit log")
+    aud = sub.add_parser("audit", help="evidence, data checks, promotions and reproducibility pins of a version")
+    aud.add_argument("model")
+    aud.add_argument("--version", help="a version number (default: the champion)")
+    aud.add_argument("--format", choices=("md", "json"), default="md")
+    rep = sub.add_parser("reproduce", help="retrain a version from its records and compare the weights' sha256")
+    rep.add_argument("model")
+    rep.add_argument("--version", required=True)
+    rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
     sub.add_parser("paths", help="print where the local home keeps everything")
     args = parser.parse_args(argv)
+    if args.command in ("promote", "rollback"):
+        sys.exit(move_champion(args.command, args.model, getattr(args, "version", None), args.reason))
+    if args.command == "audit":
+        sys.exit(audit(args.model, args.version, args.format))
+    if args.command == "reproduce":
+        sys.exit(reproduce(args.model, args.version, args.workdir))
     if args.command == "replay-checks":
         sys.exit(replay_checks(args.model, args.start, args.end, args.json, args.ignore_waivers))
     if args.command == "demo":

@@ -137,13 +137,16 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
     })
     checks = lineage.checks
     with tempfile.TemporaryDirectory(prefix="ml_assets-lineage-") as tmp:
-        local = Path(client.download_artifacts(run.info.run_id, "model", tmp))
+        from ml_assets.serving.pyfunc import model_files
+
+        files = model_files(Path(client.download_artifacts(run.info.run_id, "model", tmp)))
         weights_sha = tags.get("checkpoint_sha256", "")
-        checks.append(Check("registered weights (MLflow artifact model/model.safetensors)", weights_sha,
-                            _sha((local / "model.safetensors").read_bytes()), f"{mv.source}/model.safetensors"))
-        meta = json.loads((local / "meta.json").read_bytes())
-        checks.append(Check("feature state (MLflow artifact model/feature_state.json)", meta["feature_state_sha256"],
-                            _sha((local / "feature_state.json").read_bytes()), f"{mv.source}/feature_state.json"))
+        checks.append(Check("registered weights (MLflow artifact model/artifacts/model.safetensors)", weights_sha,
+                            _sha(files["model.safetensors"].read_bytes()), f"{mv.source}/artifacts/model.safetensors"))
+        meta = json.loads(files["meta.json"].read_bytes())
+        checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
+                            meta["feature_state_sha256"], _sha(files["feature_state.json"].read_bytes()),
+                            f"{mv.source}/artifacts/feature_state.json"))
     checkpoint_uri = tags.get("checkpoint_uri")
     if checkpoint_uri:
         data = _read(checkpoint_uri)

@@ -25,10 +25,12 @@ POLARS_DTYPES: dict[str, type[pl.DataType]] = {
     "int64": pl.Int64, "float64": pl.Float64, "string": pl.String, "bool": pl.Boolean, "datetime": pl.Datetime,
 }
 Task = Literal["binary_classification", "regression"]
-Metric = Literal["roc_auc", "pr_auc", "log_loss", "rmse", "mae", "r2"]
-CLASSIFICATION_METRICS = ("roc_auc", "pr_auc", "log_loss")
+Metric = Literal["roc_auc", "pr_auc", "log_loss", "brier", "ece", "precision", "recall", "f1", "rmse", "mae", "r2"]
+# Precision, recall and F1 are taken at the probability cut that maximizes F1 on the validation day.
+CLASSIFICATION_METRICS = ("roc_auc", "pr_auc", "log_loss", "brier", "ece", "precision", "recall", "f1")
 REGRESSION_METRICS = ("rmse", "mae", "r2")
-HIGHER_IS_BETTER = {"roc_auc": True, "pr_auc": True, "r2": True, "log_loss": False, "rmse": False, "mae": False}
+HIGHER_IS_BETTER = {"roc_auc": True, "pr_auc": True, "precision": True, "recall": True, "f1": True, "r2": True,
+                    "log_loss": False, "brier": False, "ece": False, "rmse": False, "mae": False}
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
@@ -471,18 +473,24 @@ class TrainingSpec(_Strict):
 
 
 class EvaluationSpec(_Strict):
-    metrics: list[Metric] = Field(min_length=1)
+    metrics: list[Metric] = Field(min_length=1, description="shown first; every metric of the task is computed")
     slice_columns: list[str] = []
     min_slice_size: PositiveInt = 50
-    thresholds: dict[Metric, float] = Field(
-        default={}, description="floors (or ceilings for lower-is-better metrics) a model must meet"
-    )
+    bootstrap_samples: int = Field(default=1000, ge=100, le=100_000,
+                                   description="resamples for the confidence intervals")
+    confidence_level: float = Field(default=0.95, gt=0.5, lt=1)
 
 
 class PromotionSpec(_Strict):
     primary_metric: Metric
-    min_improvement: float = 0.0
-    max_slice_regression: float = Field(default=0.05, ge=0)
+    min_improvement: float = Field(
+        default=0.0, description="over the champion, in the metric's own units (0.005 ROC-AUC = half a point)")
+    max_slice_regression: float = Field(
+        default=0.05, ge=0, description="the most the primary metric may get worse on any slice")
+    max_calibration_worsening: float = Field(
+        default=0.02, ge=0, description="the most expected calibration error may grow (classification)")
+    floors: dict[Metric, float] = Field(
+        default={}, description="a first model (no champion yet) must reach these (ceilings for lower-is-better)")
     mode: Literal["automatic", "approval_required"] = "automatic"
 
 
@@ -564,7 +572,7 @@ class ModelSpec(_Strict):
         allowed = CLASSIFICATION_METRICS if self.target.task == "binary_classification" else REGRESSION_METRICS
         for where, metrics in (
             ("evaluation.metrics", self.evaluation.metrics),
-            ("evaluation.thresholds", list(self.evaluation.thresholds)),
+            ("promotion.floors", list(self.promotion.floors)),
             ("promotion.primary_metric", [self.promotion.primary_metric]),
         ):
             wrong = [m for m in metrics if m not in allowed]

@@ -5,6 +5,11 @@ import dagster as dg
 from ml_assets.defs.automation.schedules import build_daily_job, build_daily_schedule
 from ml_assets.defs.evaluation.assets import build_evaluation_report
 from ml_assets.defs.features.assets import build_features_asset
+from ml_assets.defs.promotion.assets import (
+    build_production_model,
+    build_promotion_job,
+    build_promotion_sensor,
+)
 from ml_assets.defs.raw.assets import build_raw_data
 from ml_assets.defs.registry.assets import build_registered_model
 from ml_assets.defs.snapshots.assets import build_validated_snapshot
@@ -24,4 +29,7 @@ BUILDERS = (
 def build_model_defs(spec: ModelSpec) -> dg.Definitions:
     assets = [build(spec) for build in BUILDERS]
     job = build_daily_job(spec, assets)
-    return dg.Definitions(assets=assets, jobs=[job], schedules=[build_daily_schedule(job)])
+    production = build_production_model(spec)
+    promote = build_promotion_job(spec, production)
+    return dg.Definitions(assets=[*assets, production], jobs=[job, promote], schedules=[build_daily_schedule(job)],
+                          sensors=[build_promotion_sensor(spec, promote)])

@@ -46,5 +46,11 @@ class MlflowTrackingResource(dg.ConfigurableResource):
     def run_url(self, experiment_id: str, run_id: str) -> str:
         return f"{self.ui_url}/#/experiments/{experiment_id}/runs/{run_id}"
 
+    def artifact_url(self, run_id: str, path: str) -> str:
+        """The MLflow UI's download address of a run artifact (an image renders from it)."""
+        from urllib.parse import quote
+
+        return f"{self.ui_url}/get-artifact?path={quote(path)}&run_uuid={run_id}"
+
     def model_url(self, name: str, version: str) -> str:
         return f"{self.ui_url}/#/models/{name}/versions/{version}"

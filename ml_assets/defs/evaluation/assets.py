@@ -1,73 +1,93 @@
 import json
+import tempfile
+from pathlib import Path
 
 import dagster as dg
 
 from ml_assets.defs.common import (
     asset_key,
     code_version,
+    dagster_run_url,
     daily_partitions,
+    package_code_version,
     partition_day,
     upstream_metadata,
 )
-from ml_assets.resources import ArtifactStoreResource
-from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
-from ml_assets.trainer.config import DataRef
+from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource
+from ml_assets.spec import ModelSpec
+
+GATE = "promotion_gate"
 
 
 def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
+    key = asset_key(spec, "evaluation_report")
     ckpt_key, features_key = asset_key(spec, "trained_checkpoint"), asset_key(spec, "features")
-    version = code_version(spec, ("evaluation", "target"), "ml_assets.defs.evaluation.metrics",
-                           "ml_assets.trainer.checkpoint")
+    version = code_version(spec, ("evaluation", "promotion", "target"), "ml_assets.defs.evaluation.report",
+                           "ml_assets.evaluation.metrics", "ml_assets.evaluation.policy", "ml_assets.trainer.checkpoint")
+    policy = spec.promotion
 
     @dg.asset(
-        key=asset_key(spec, "evaluation_report"),
+        key=key,
         deps=[ckpt_key, features_key],
         group_name=spec.name,
         partitions_def=daily_partitions(spec),
-        kinds={"pytorch", "scikitlearn"},
+        kinds={"pytorch", "scikitlearn", "mlflow"},
         code_version=version,
-        description=f"{spec.name} metrics on the partition's own day, held out in time from training.",
+        check_specs=[dg.AssetCheckSpec(
+            GATE, asset=key, blocking=True,
+            description=(f"The promotion policy: {policy.primary_metric} at least {policy.min_improvement:+} over the "
+                         f"champion on the same rows, no slice worse by more than {policy.max_slice_regression}, "
+                         f"calibration error up by at most {policy.max_calibration_worsening}; a first model must "
+                         f"reach {dict(policy.floors) or 'no floors'}. Failing stops registration."))],
+        description=(f"{spec.name} evaluated on the partition's own day (held out in time), next to the champion "
+                     "on the same rows: metrics, intervals, slices, plots in MLflow, and the promotion gate."),
     )
-    def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStoreResource) -> dg.MaterializeResult:
-        # torch and scikit-learn are imported when an evaluation runs, not when definitions load.
-        from ml_assets.defs.evaluation import metrics
-        from ml_assets.trainer.checkpoint import load_checkpoint
-        from ml_assets.trainer.data import read_frame
+    def evaluation_report(
+        context: dg.AssetExecutionContext, artifacts: ArtifactStoreResource, tracking: MlflowTrackingResource
+    ) -> dg.MaterializeResult:
+        # torch, scikit-learn and matplotlib are imported when an evaluation runs, not when definitions load.
+        from ml_assets.defs.evaluation import report as rep
 
         day = partition_day(context).isoformat()
         ckpt, test = upstream_metadata(context, ckpt_key, day), upstream_metadata(context, features_key, day)
-        loaded = load_checkpoint(DataRef(uri=str(ckpt["checkpoint_uri"]), sha256=ckpt["checkpoint_sha256"]),
-                                 DataRef(uri=str(ckpt["meta_uri"]), sha256=ckpt["meta_sha256"]))
-        frame = read_frame([DataRef(uri=str(test["uri"]), sha256=test["sha256"], day=day)])
-        y = frame[spec.target.name].to_numpy()
+        where = f"model {spec.name}, partition {day}"
+        client = tracking.client()
         try:
-            values = metrics.compute_metrics(spec.target.task, y, metrics.predict(loaded, frame), spec.evaluation.metrics)
-        except metrics.MetricError as exc:
-            raise dg.Failure(description=f"model {spec.name}, partition {day}: {exc}") from None
-        floors = {m: (values[m] >= t if HIGHER_IS_BETTER[m] else values[m] <= t)
-                  for m, t in spec.evaluation.thresholds.items()}
-        report = {
-            "model": spec.name, "partition": day, "test_rows": len(y), "metrics": values,
-            "positive_rate": float(y.mean()) if spec.target.task == "binary_classification" else None,
-            "thresholds": spec.evaluation.thresholds, "meets_thresholds": floors,
-            "checkpoint_sha256": ckpt["checkpoint_sha256"], "test_features_sha256": test["sha256"],
-            "test_data_commit": test["data_commit"],
-        }
-        ref = artifacts.put(f"{spec.name}/evaluation/date={day}", json.dumps(report, indent=1, sort_keys=True).encode(), ".json")
-        context.log.info(f"evaluation_report {day}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items()))
-        summary = "\n".join(["| metric | value |", "|---|---|", *[f"| {k} | {v:.4f} |" for k, v in values.items()]])
+            report = rep.evaluate(spec, day, ckpt, test, client)
+        except rep.EvaluationError as exc:
+            raise dg.Failure(description=f"{where}: {exc}", allow_retries=False) from None
+        gate = report["gate"]
+        # The MLflow run of this training: found by the checkpoint's sha256 (re-runs reuse it).
+        experiment_id = tracking.experiment_id(spec.name)
+        from ml_assets.registry import training_run
+
+        run_id = training_run(client, experiment_id, f"{spec.name}-{day}", ckpt["checkpoint_sha256"], {
+            "dagster_run_id": context.run_id, "dagster_run_url": dagster_run_url(context.run_id),
+            "partition": day, "dagster/partition": day, "code_version": package_code_version()})
+        with tempfile.TemporaryDirectory(prefix="ml_assets-evaluation-") as tmp:
+            plots = rep.write_plots(spec, report, Path(tmp) / "plots")  # takes the predictions out
+            report_bytes = json.dumps(report, indent=1, sort_keys=True).encode()
+            ref = artifacts.put(f"{spec.name}/evaluation/date={day}", report_bytes, ".json")
+            client.log_artifacts(run_id, str(Path(tmp) / "plots"), "evaluation/plots")
+            (Path(tmp) / "evaluation_report.json").write_bytes(report_bytes)
+            client.log_artifact(run_id, str(Path(tmp) / "evaluation_report.json"), "evaluation")
+        rep.log_metrics(client, run_id, report)
+        plot_urls = {name: tracking.artifact_url(run_id, f"evaluation/plots/{name}") for name in plots}
+        context.log.info(f"evaluation_report {day}: " + rep.one_line(report))
+        log = context.log.info if gate["passed"] else context.log.error
+        log(f"{GATE} {'passed' if gate['passed'] else 'FAILED'} for {where}: {gate['reason']}")
         return dg.MaterializeResult(
-            metadata={
-                **{name: dg.MetadataValue.float(v) for name, v in values.items()},
-                "test_rows": len(y), "test_day": day, "repository": spec.repository,
-                "test_data_commit": test["data_commit"], "test_features_uri": dg.MetadataValue.path(str(test["uri"])),
-                "test_features_sha256": test["sha256"], "test_features_bytes": test["bytes"],
-                "positive_rate": report["positive_rate"] if report["positive_rate"] is not None else dg.MetadataValue.null(),
-                "checkpoint_sha256": ckpt["checkpoint_sha256"],
-                "meets_thresholds": dg.MetadataValue.json(floors),
-                "report_uri": dg.MetadataValue.path(ref.uri), "report_sha256": ref.sha256, "report_bytes": ref.size,
-                "summary": dg.MetadataValue.md(summary),
-            },
+            metadata=rep.metadata(spec, report, ref, run_id, tracking.run_url(experiment_id, run_id), plot_urls),
+            check_results=[dg.AssetCheckResult(
+                check_name=GATE, passed=bool(gate["passed"]), severity=dg.AssetCheckSeverity.ERROR,
+                description=f"{where}: {gate['reason']}",
+                metadata={
+                    "decision": gate["kind"], "reason": gate["reason"],
+                    "champion_version": (report["champion"] or {}).get("version") or dg.MetadataValue.null(),
+                    "clauses": dg.MetadataValue.json(gate["clauses"]),
+                    "policy": dg.MetadataValue.json(policy.model_dump(mode="json")),
+                },
+            )],
         )
 
     return evaluation_report

@@ -1,0 +1,185 @@
+"""What ``ml-assets audit`` and ``ml-assets reproduce`` read and check: a registered version's
+lineage, its evaluation evidence, the checks each of its data days passed, its promotion history
+and the pins that rebuild it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ml_assets import lineage as lin
+from ml_assets import promotion, registry
+from ml_assets.names import repo_for_model
+
+
+def _artifact_json(client, run_id: str, path: str) -> dict | None:
+    from mlflow.exceptions import MlflowException
+
+    with tempfile.TemporaryDirectory(prefix="ml_assets-audit-") as tmp:
+        try:
+            return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_bytes())
+        except (MlflowException, OSError):
+            return None
+
+
+def collect(client, store, model: str, version: str | None, object_paths=None) -> dict[str, Any]:
+    """Everything the audit shows, as one JSON-able dict (raises LineageError/RegistryError)."""
+    if version is not None:
+        registry.get_version(client, model, version)
+    trace = lin.trace(client, store, model, version, None, None, object_paths)
+    chain = trace.chain
+    mv = client.get_model_version(model, chain["version"])
+    tags = dict(mv.tags)
+    report = _artifact_json(client, mv.run_id, "evaluation/evaluation_report.json")
+    config = _artifact_json(client, mv.run_id, "training/train_config.json")
+    records = promotion.history(store, model)
+    champion = registry.by_alias(client, model, registry.CHAMPION)
+    return {
+        "model": model, "version": chain["version"], "aliases": chain["aliases"],
+        "is_champion": champion is not None and str(champion.version) == chain["version"],
+        "registered": {"source": mv.source, "mlflow_run_id": mv.run_id, "partition": tags.get("partition"),
+                       "dagster_run_id": tags.get("dagster_run_id"), "dagster_run_url": tags.get("dagster_run_url")},
+        "evidence": {
+            "gate": tags.get("gate"), "gate_reason": tags.get("gate_reason"),
+            "compared_with_champion": tags.get("gate_champion_version"),
+            "report_uri": tags.get("evaluation_report_uri"), "report_sha256": tags.get("evaluation_report_sha256"),
+            "metrics": (report or {}).get("metrics"), "primary_metric": (report or {}).get("primary_metric"),
+            "primary_interval": (report or {}).get("primary_interval"),
+            "champion_metrics": ((report or {}).get("champion") or {}).get("metrics"),
+            "primary_delta": (report or {}).get("primary_delta"), "test_rows": (report or {}).get("test_rows"),
+            "test_data_commit": (report or {}).get("test_data_commit"),
+            "gate_clauses": ((report or {}).get("gate") or {}).get("clauses"),
+        },
+        "data_days": [{"day": d["day"], "role": d["role"], "snapshot_commit": d.get("snapshot_commit"),
+                       "checks_passed": (d.get("published") or {}).get("checks_passed"),
+                       "published_by_dagster_run": (d.get("published") or {}).get("by_dagster_run")}
+                      for d in chain.get("days", [])],
+        "promotions": [r for r in records if chain["version"] in (r["version"], r["previous"])],
+        "promotion_log": f"{repo_for_model(model)}@main:{promotion.log_path(model)}",
+        "pins": {
+            "data_commit": tags.get("data_commit"), "data_commits": json.loads(tags.get("data_commits", "{}")),
+            "code_version": tags.get("code_version"), "torch_version": tags.get("torch_version"),
+            "world_size": tags.get("world_size"), "seed": (config or {}).get("seed", tags.get("seed")),
+            "checkpoint_sha256": tags.get("checkpoint_sha256"), "checkpoint_uri": tags.get("checkpoint_uri"),
+            "feature_state_sha256": tags.get("feature_state_sha256"),
+            "training_config": config,
+        },
+        "lineage_checks": [{"what": c.what, "status": c.status, "where": c.where} for c in trace.checks],
+        "mismatches": len(trace.mismatches),
+    }
+
+
+def render_markdown(a: dict[str, Any]) -> str:
+    ev, pins = a["evidence"], a["pins"]
+    aliases = ", ".join(f"@{x}" for x in a["aliases"]) or "no alias"
+    out = [f"# Audit: {a['model']} version {a['version']} ({aliases})", "",
+           f"Registered from partition {a['registered']['partition']} by Dagster run "
+           f"{a['registered']['dagster_run_id']} ({a['registered']['dagster_run_url']}); MLflow run "
+           f"{a['registered']['mlflow_run_id']}.", "", "## Evidence", "",
+           f"Promotion gate: **{ev['gate']}** against champion {ev['compared_with_champion']}: {ev['gate_reason']}", ""]
+    if ev["metrics"]:
+        primary = ev["primary_metric"]
+        lo, hi = ev["primary_interval"]
+        out.append(f"{primary} {ev['metrics'][primary]:.4f} (interval {lo:.4f}..{hi:.4f}) on {ev['test_rows']} "
+                   f"held-out rows of data commit {ev['test_data_commit']}")
+        if ev["primary_delta"]:
+            d, dlo, dhi = ev["primary_delta"]
+            out.append(f"change over the champion then: {d:+.4f} (interval {dlo:+.4f}..{dhi:+.4f})")
+        out += ["", "| metric | value |" + (" champion |" if ev["champion_metrics"] else ""),
+                "|---|---|" + ("---|" if ev["champion_metrics"] else "")]
+        for m, v in ev["metrics"].items():
+            champ = f" {ev['champion_metrics'][m]:.4f} |" if ev["champion_metrics"] else ""
+            out.append(f"| {m} | {v:.4f} |{champ}")
+        for c in ev["gate_clauses"] or []:
+            out.append(f"- {'ok' if c['ok'] else 'FAILED'}: {c['detail'] or c['name']}")
+    out += ["", f"Evaluation report: {ev['report_uri']} (sha256 {ev['report_sha256']})", "",
+            "## Data: checks each day passed before reaching main", "",
+            "| day | role | main commit | checks passed | published by run |", "|---|---|---|---|---|"]
+    for d in a["data_days"]:
+        out.append(f"| {d['day']} | {d['role']} | {(d['snapshot_commit'] or '')[:12]} | {d['checks_passed']} | "
+                   f"{d['published_by_dagster_run']} |")
+    out += ["", f"## Promotions ({a['promotion_log']})", ""]
+    if not a["promotions"]:
+        out.append("never promoted")
+    for r in a["promotions"]:
+        out.append(f"- {r['time']} {r['decision']} version {r['version']} (previous {r['previous']}) by "
+                   f"{r['actor']}: {r['reason']}")
+    cfg = pins["training_config"] or {}
+    out += ["", "## Reproducibility pins", "",
+            f"- data commit (newest training day): {pins['data_commit']}",
+            *[f"  - {day}: {commit}" for day, commit in sorted(pins["data_commits"].items())],
+            f"- code version: {pins['code_version']}; torch {pins['torch_version']}",
+            f"- world size {pins['world_size']}, seed {pins['seed']}, config: "
+            + ", ".join(f"{k}={cfg[k]}" for k in ("family", "epochs", "batch_size", "learning_rate",
+                                                  "hidden_sizes", "dropout") if k in cfg),
+            f"- weights sha256 {pins['checkpoint_sha256']} ({pins['checkpoint_uri']})",
+            f"- feature state sha256 {pins['feature_state_sha256']}",
+            f"- rebuild: ml-assets reproduce {a['model']} --version {a['version']}", "",
+            f"## Lineage: {sum(c['status'] == 'ok' for c in a['lineage_checks'])} of {len(a['lineage_checks'])} "
+            f"hashes verified, {a['mismatches']} mismatch(es)"]
+    out += [f"- {c['status']}: {c['what']}" for c in a["lineage_checks"] if c["status"] != "ok"]
+    return "\n".join(out)
+
+
+@dataclass
+class Reproduction:
+    identical: bool
+    expected_sha256: str
+    actual_sha256: str | None
+    reasons: list[str] = field(default_factory=list)
+    output_dir: str = ""
+
+
+def reproduce(client, model: str, version: str, workdir: Path, code_version: str) -> Reproduction:
+    """Retrain a registered version from its records and compare the weights' sha256."""
+    import torch
+
+    from ml_assets.trainer.config import TrainConfig
+
+    mv = registry.get_version(client, model, version)
+    tags = dict(mv.tags)
+    recorded = _artifact_json(client, mv.run_id, "training/train_config.json")
+    if recorded is None:
+        raise registry.RegistryError(f"{model} version {version} has no training/train_config.json in its MLflow run")
+    out = workdir / f"{model}-v{mv.version}"
+    if out.exists():  # an earlier reproduction: its finished checkpoint would be resumed, not retrained
+        shutil.rmtree(out)
+    recorded.update(output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"))
+    config = TrainConfig.from_dict(recorded)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = out / "train_config.json"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(config.to_json())
+    world = int(tags.get("world_size") or 1)
+    from ml_assets.resources.training import TorchrunLauncher
+
+    command = TorchrunLauncher().command(str(path), world, 0)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    for name in list(env):  # a plain run, not a Dagster Pipes child
+        if name.startswith("DAGSTER_PIPES"):
+            env.pop(name)
+    done = subprocess.run(command, env=env)
+    expected = tags["checkpoint_sha256"]
+    weights = out / "export" / "model.safetensors"
+    actual = hashlib.sha256(weights.read_bytes()).hexdigest() if done.returncode == 0 and weights.exists() else None
+    result = Reproduction(actual == expected, expected, actual, output_dir=str(out / "export"))
+    if actual is None:
+        result.reasons.append(f"the trainer exited with code {done.returncode}; its log is above")
+    if tags.get("code_version") != code_version:
+        result.reasons.append(f"the code version differs: registered with {tags.get('code_version')}, "
+                              f"this checkout is {code_version}")
+    if tags.get("torch_version") and tags["torch_version"] != torch.__version__:
+        result.reasons.append(f"torch differs: {tags['torch_version']} then, {torch.__version__} now")
+    if not result.identical and actual is not None and not result.reasons:
+        result.reasons.append("same code, data, config, seed and world size, yet different weights: "
+                              "a nondeterministic kernel (set training.deterministic: true) or different hardware")
+    print(f"[reproduce] {sys.executable} ran {' '.join(command[1:4])} ... with {world} process(es)", file=sys.stderr)
+    return result

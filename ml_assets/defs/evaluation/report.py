@@ -1,0 +1,258 @@
+"""The evaluation report: the new model and the champion on the same held-out rows.
+
+Pure of Dagster: given the checkpoint's and the test day's records and an MLflow client, returns a
+JSON-able report (metrics, interval, threshold, slices, champion, deltas, the gate's decision).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ml_assets.evaluation import metrics as M
+from ml_assets.evaluation.policy import decide
+from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
+from ml_assets.trainer.checkpoint import LoadedCheckpoint
+from ml_assets.trainer.config import DataRef
+
+
+class EvaluationError(Exception):
+    """The evaluation cannot be computed (no rows, a single class, a champion that cannot read the rows)."""
+
+
+def predict(loaded: LoadedCheckpoint, frame: pl.DataFrame) -> np.ndarray:
+    """Probabilities for classification, values for regression."""
+    import torch
+
+    from ml_assets.features.state import transform
+
+    encoded = transform(frame, loaded.feature_state)
+    with torch.no_grad():
+        out = loaded.model(torch.from_numpy(encoded.numeric), torch.from_numpy(encoded.categorical))
+    if loaded.meta["task"] == "binary_classification":
+        out = torch.sigmoid(out)
+    return out.numpy().astype(np.float64)
+
+
+def _ref(record: dict) -> DataRef:
+    fields = {f.name for f in dataclasses.fields(DataRef)}
+    return DataRef(**{k: v for k, v in record.items() if k in fields})
+
+
+def _scores(spec: ModelSpec, y: np.ndarray, pred: np.ndarray, threshold: float | None,
+            slices: dict[str, np.ndarray]) -> tuple[dict[str, float], list[dict]]:
+    task, ev = spec.target.task, spec.evaluation
+    values = M.compute_metrics(task, y, pred, threshold)
+    fn = M.metric_function(task, spec.promotion.primary_metric, threshold)
+    return values, M.slice_metrics(slices, y, pred, fn, min_size=ev.min_slice_size)
+
+
+def evaluate(spec: ModelSpec, day: str, ckpt: dict[str, Any], test: dict[str, Any], client) -> dict[str, Any]:
+    from ml_assets import registry
+    from ml_assets.trainer.checkpoint import load_checkpoint
+    from ml_assets.trainer.data import read_frame
+
+    task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
+    loaded = load_checkpoint(DataRef(uri=str(ckpt["checkpoint_uri"]), sha256=ckpt["checkpoint_sha256"]),
+                             DataRef(uri=str(ckpt["meta_uri"]), sha256=ckpt["meta_sha256"]))
+    frame = read_frame([DataRef(uri=str(test["uri"]), sha256=test["sha256"], day=day)])
+    y = frame[spec.target.name].to_numpy().astype(np.float64)
+    slices = {c: frame[c].cast(pl.String).fill_null("(missing)").to_numpy() for c in ev.slice_columns}
+    try:
+        pred = predict(loaded, frame)
+        threshold = None
+        if task == "binary_classification":
+            # Precision, recall and F1 need a cut: chosen on the validation day, never on the test rows.
+            val_frame = read_frame([_ref(r) for r in loaded.meta["val_files"]])
+            threshold = M.choose_threshold(val_frame[spec.target.name].to_numpy().astype(np.float64),
+                                           predict(loaded, val_frame))
+        values, slice_rows = _scores(spec, y, pred, threshold, slices)
+        fn = M.metric_function(task, primary, threshold)
+        lo, hi = M.bootstrap_ci(y, pred, fn, n=ev.bootstrap_samples, level=ev.confidence_level, seed=0)
+    except M.MetricError as exc:
+        raise EvaluationError(str(exc)) from None
+    report: dict[str, Any] = {
+        "model": spec.name, "partition": day, "task": task, "test_rows": len(y),
+        "positive_rate": float(y.mean()) if task == "binary_classification" else None,
+        "threshold": threshold, "metrics": values, "primary_metric": primary,
+        "primary_interval": [lo, hi], "confidence_level": ev.confidence_level,
+        "bootstrap_samples": ev.bootstrap_samples, "slices": slice_rows,
+        "checkpoint_sha256": ckpt["checkpoint_sha256"], "test_features_uri": str(test["uri"]),
+        "test_features_sha256": test["sha256"], "test_data_commit": test["data_commit"],
+        "history": ckpt.get("history", []), "champion": None, "deltas": None, "primary_delta": None,
+        "slice_regressions": [],
+        # For the plots only: write_plots removes them before the report is stored.
+        "_y": y, "_predictions": {"this model": pred},
+    }
+    mv = registry.by_alias(client, spec.name, registry.CHAMPION)
+    if mv is not None:
+        report["champion"] = {"version": str(mv.version), "checkpoint_sha256": mv.tags.get("checkpoint_sha256"),
+                              "partition": mv.tags.get("partition"),
+                              "same_weights": mv.tags.get("checkpoint_sha256") == ckpt["checkpoint_sha256"]}
+        if not report["champion"]["same_weights"]:
+            _compare(spec, report, mv, client, frame, y, pred, slices)
+    report["gate"] = decide(spec.promotion, report).as_dict()
+    return report
+
+
+def _compare(spec, report, mv, client, frame, y, pred, slices) -> None:
+    """The champion on the exact same rows (same file, same sha256, same data commit)."""
+    from ml_assets import registry
+
+    task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
+    try:
+        champion = registry.load_version(client, mv)
+        old = predict(champion, frame)
+    except (registry.RegistryError, ValueError) as exc:
+        raise EvaluationError(f"the champion (version {mv.version}) cannot be evaluated on these rows: {exc}. "
+                              "Roll back or promote by hand (docs/operations.md)") from None
+    # The champion keeps the cut it was registered with (chosen on its own validation day).
+    recorded = mv.tags.get("decision_threshold")
+    threshold = float(recorded) if recorded else report["threshold"]
+    try:
+        values, slice_rows = _scores(spec, y, old, threshold, slices)
+        fn = M.metric_function(task, primary, report["threshold"])
+        point, lo, hi = M.paired_bootstrap_delta(y, pred, old, fn, n=ev.bootstrap_samples,
+                                                 level=ev.confidence_level, seed=0)
+    except M.MetricError as exc:
+        raise EvaluationError(f"comparing with the champion: {exc}") from None
+    champ = report["champion"]
+    champ.update(metrics=values, threshold=threshold, slices=slice_rows)
+    report["deltas"] = {m: report["metrics"][m] - values[m] for m in values}
+    report["primary_delta"] = [point, lo, hi]
+    report["slice_regressions"] = M.slice_regressions(report["slices"], slice_rows, HIGHER_IS_BETTER[primary])
+    report["_predictions"][f"champion v{mv.version}"] = old
+
+
+def write_plots(spec: ModelSpec, report: dict[str, Any], out: Path) -> list[str]:
+    """PNGs for MLflow: ROC, precision-recall, calibration (classification) or residuals, loss
+    curves, slice metrics. Returns the file names; takes the predictions out of the report."""
+    from ml_assets.evaluation import plots
+
+    out.mkdir(parents=True, exist_ok=True)
+    y, preds = report.pop("_y"), report.pop("_predictions")
+    written = []
+    if spec.target.task == "binary_classification":
+        written += [plots.roc_curve_png(y, preds, out / "roc.png").name,
+                    plots.pr_curve_png(y, preds, out / "precision_recall.png").name,
+                    plots.calibration_png(y, preds, out / "calibration.png").name]
+    else:
+        written.append(plots.residuals_png(y, preds, out / "residuals.png").name)
+    if report["history"]:
+        written.append(plots.loss_curves_png(report["history"], out / "loss_curves.png").name)
+    rows = [dict(r) for r in report["slices"]]
+    if report["champion"] and report["champion"].get("slices"):
+        old = {(r["column"], r["value"]): r["metric"] for r in report["champion"]["slices"]}
+        for r in rows:
+            r["champion"] = old.get((r["column"], r["value"]))
+    if rows:
+        written.append(plots.slice_metrics_png(rows, report["primary_metric"], out / "slices.png").name)
+    return written
+
+
+def log_metrics(client, run_id: str, report: dict[str, Any]) -> None:
+    """Test metrics, the primary metric's interval and, when there is a champion, its metrics and
+    the deltas, as metrics of the training's MLflow run."""
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    values = {f"test_{k}": v for k, v in report["metrics"].items()}
+    lo, hi = report["primary_interval"]
+    values[f"test_{report['primary_metric']}_ci_low"], values[f"test_{report['primary_metric']}_ci_high"] = lo, hi
+    if report["threshold"] is not None:
+        values["decision_threshold"] = report["threshold"]
+    if report["deltas"]:
+        values.update({f"champion_{k}": v for k, v in report["champion"]["metrics"].items()})
+        values.update({f"delta_{k}": v for k, v in report["deltas"].items()})
+        point, lo, hi = report["primary_delta"]
+        values.update({f"delta_{report['primary_metric']}_ci_low": lo, f"delta_{report['primary_metric']}_ci_high": hi})
+    values["promotion_gate_passed"] = float(report["gate"]["passed"])
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(values.items())])
+
+
+def one_line(report: dict[str, Any]) -> str:
+    primary = report["primary_metric"]
+    lo, hi = report["primary_interval"]
+    text = f"{primary} {report['metrics'][primary]:.4f} [{lo:.4f}, {hi:.4f}] on {report['test_rows']} rows"
+    if report["deltas"]:
+        point, dlo, dhi = report["primary_delta"]
+        text += f"; vs champion v{report['champion']['version']}: {point:+.4f} [{dlo:+.4f}, {dhi:+.4f}]"
+    return text
+
+
+def summary_markdown(spec: ModelSpec, report: dict[str, Any], plot_urls: dict[str, str]) -> str:
+    primary, level = report["primary_metric"], report["confidence_level"]
+    champ = report["champion"]
+    gate = report["gate"]
+    shown = [*spec.evaluation.metrics, *[m for m in report["metrics"] if m not in spec.evaluation.metrics]]
+    lines = [f"**{spec.name} on {report['partition']}** ({report['test_rows']} held-out rows"
+             + (f", positive rate {report['positive_rate']:.3f}" if report["positive_rate"] is not None else "")
+             + (f", cut {report['threshold']:.3f} chosen on the validation day" if report["threshold"] is not None
+                else "") + ")", ""]
+    lo, hi = report["primary_interval"]
+    lines.append(f"{primary}: **{report['metrics'][primary]:.4f}**, {level:.0%} interval [{lo:.4f}, {hi:.4f}] "
+                 f"({report['bootstrap_samples']} bootstrap resamples)")
+    lines.append("")
+    if report["deltas"]:
+        point, dlo, dhi = report["primary_delta"]
+        lines += [f"| metric | this model | champion v{champ['version']} | change |", "|---|---|---|---|"]
+        lines += [f"| {m} | {report['metrics'][m]:.4f} | {champ['metrics'][m]:.4f} | {report['deltas'][m]:+.4f} |"
+                  for m in shown]
+        lines += ["", f"Change of {primary}: {point:+.4f}, {level:.0%} paired-bootstrap interval [{dlo:+.4f}, {dhi:+.4f}]."]
+    else:
+        lines += ["| metric | this model |", "|---|---|", *[f"| {m} | {report['metrics'][m]:.4f} |" for m in shown]]
+        if champ and champ.get("same_weights"):
+            lines += ["", f"These weights are champion version {champ['version']}."]
+        elif not champ:
+            lines += ["", "No champion yet: the policy's floors apply."]
+    lines += ["", f"**Promotion gate: {'passed' if gate['passed'] else 'FAILED'}** ({gate['kind']}): {gate['reason']}"]
+    judged = [r for r in report["slices"] if r["metric"] is not None]
+    if judged:
+        lines += ["", f"Slices ({len(judged)} of {len(report['slices'])} with at least "
+                  f"{spec.evaluation.min_slice_size} rows and both classes):", "",
+                  f"| slice | rows | {primary} |", "|---|---|---|",
+                  *[f"| {r['column']}={r['value']} | {r['rows']} | {r['metric']:.4f} |" for r in judged[:20]]]
+    if plot_urls:
+        lines += ["", "Plots (MLflow artifacts; open with `make mlflow-ui` running):", ""]
+        lines += [f"- [{name}]({url})" for name, url in plot_urls.items()]
+        lines += ["", *[f"![{name}]({url})" for name, url in plot_urls.items()]]
+    return "\n".join(lines)
+
+
+def metadata(spec: ModelSpec, report: dict[str, Any], ref, run_id: str, run_url: str,
+             plot_urls: dict[str, str]) -> dict[str, Any]:
+    import dagster as dg
+
+    primary = report["primary_metric"]
+    lo, hi = report["primary_interval"]
+    champ = report["champion"]
+    meta: dict[str, Any] = {
+        **{name: dg.MetadataValue.float(v) for name, v in report["metrics"].items()},
+        f"{primary}_interval": dg.MetadataValue.json([lo, hi]),
+        "test_rows": report["test_rows"], "test_day": report["partition"], "repository": spec.repository,
+        "test_data_commit": report["test_data_commit"],
+        "test_features_uri": dg.MetadataValue.path(report["test_features_uri"]),
+        "test_features_sha256": report["test_features_sha256"],
+        "positive_rate": report["positive_rate"] if report["positive_rate"] is not None else dg.MetadataValue.null(),
+        "decision_threshold": report["threshold"] if report["threshold"] is not None else dg.MetadataValue.null(),
+        "checkpoint_sha256": report["checkpoint_sha256"],
+        "champion_version": champ["version"] if champ else dg.MetadataValue.null(),
+        "gate_passed": bool(report["gate"]["passed"]), "gate_reason": report["gate"]["reason"],
+        "slices": dg.MetadataValue.json(report["slices"]),
+        "report_uri": dg.MetadataValue.path(ref.uri), "report_sha256": ref.sha256, "report_bytes": ref.size,
+        "mlflow_run_id": run_id, "mlflow_run_url": dg.MetadataValue.url(run_url),
+        **{f"plot_{Path(name).stem}": dg.MetadataValue.url(url) for name, url in plot_urls.items()},
+        "summary": dg.MetadataValue.md(summary_markdown(spec, report, plot_urls)),
+    }
+    if report["deltas"]:
+        point, dlo, dhi = report["primary_delta"]
+        meta[f"delta_{primary}"] = dg.MetadataValue.float(point)
+        meta[f"delta_{primary}_interval"] = dg.MetadataValue.json([dlo, dhi])
+        meta["champion_metrics"] = dg.MetadataValue.json(champ["metrics"])
+    return meta

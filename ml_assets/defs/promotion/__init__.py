@@ -1,0 +1,1 @@
+"""production_model: the champion alias, moved by the promotion job (sensor or CLI), audited."""

@@ -1,0 +1,103 @@
+"""The promotion policy as a pure function of an evaluation report: every clause with what was
+observed and what was required, so a failed gate says exactly why.
+
+A challenger passes when, against the champion evaluated on the same held-out rows, its primary
+metric improves by at least ``min_improvement`` (in the metric's units), no slice loses more than
+``max_slice_regression`` on it and (classification) expected calibration error grows by at most
+``max_calibration_worsening``. A first model, with no champion, must reach the ``floors``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ml_assets.spec import HIGHER_IS_BETTER, PromotionSpec
+
+
+@dataclass
+class Clause:
+    name: str
+    observed: float | str | None
+    required: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class Decision:
+    passed: bool
+    kind: str  # "first_model", "challenger" or "same_as_champion"
+    clauses: list[Clause] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Clause]:
+        return [c for c in self.clauses if not c.ok]
+
+    def reason(self) -> str:
+        if self.kind == "same_as_champion":
+            return "these are the champion's weights (same sha256): nothing to promote"
+        if self.passed:
+            return "; ".join(c.detail or f"{c.name} {c.observed} ({c.required})" for c in self.clauses) or "no rules"
+        return "; ".join(c.detail or f"{c.name} {c.observed} (required {c.required})" for c in self.failed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "kind": self.kind, "reason": self.reason(),
+                "clauses": [asdict(c) for c in self.clauses]}
+
+
+def better_by(metric: str, new: float, old: float) -> float:
+    """How much better ``new`` is than ``old`` (positive: better), whichever way the metric points."""
+    return new - old if HIGHER_IS_BETTER[metric] else old - new
+
+
+def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
+    """``report`` as the evaluation_report asset writes it: ``metrics``, ``champion`` (None or its
+    ``version``, ``metrics``, ``same_weights``), ``slice_regressions`` (each with ``regression``:
+    positive is worse) and ``primary_delta`` (point, lo, hi)."""
+    primary = policy.primary_metric
+    metrics = report["metrics"]
+    champion = report.get("champion")
+    if champion is None:
+        decision = Decision(passed=True, kind="first_model")
+        for metric, floor in sorted(policy.floors.items()):
+            value = metrics[metric]
+            higher = HIGHER_IS_BETTER[metric]
+            ok = value >= floor if higher else value <= floor
+            bound = f"{'>=' if higher else '<='} {floor}"
+            decision.clauses.append(Clause(
+                f"floor {metric}", round(value, 6), bound, ok,
+                f"first model: {metric} {value:.4f} {'meets' if ok else 'misses'} the floor {bound}"))
+        decision.passed = all(c.ok for c in decision.clauses)
+        return decision
+    if champion.get("same_weights"):
+        return Decision(passed=True, kind="same_as_champion", clauses=[Clause(
+            "same weights as champion", champion["version"], "different weights", True,
+            f"identical to champion version {champion['version']}")])
+    decision = Decision(passed=True, kind="challenger")
+    point, lo, hi = report["primary_delta"]
+    gain = point if HIGHER_IS_BETTER[primary] else -point
+    decision.clauses.append(Clause(
+        f"improvement of {primary}", round(gain, 6), f">= {policy.min_improvement}", gain >= policy.min_improvement,
+        f"{primary} {metrics[primary]:.4f} vs champion v{champion['version']} {champion['metrics'][primary]:.4f}: "
+        f"{gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), required >= {policy.min_improvement:+.4f}"))
+    regressions = report.get("slice_regressions", [])
+    worst = max(regressions, key=lambda r: r["regression"], default=None)
+    if worst is None:
+        decision.clauses.append(Clause(f"slice regression of {primary}", None, f"<= {policy.max_slice_regression}",
+                                       True, "no slice large enough on both models to compare"))
+    else:
+        ok = worst["regression"] <= policy.max_slice_regression
+        decision.clauses.append(Clause(
+            f"slice regression of {primary}", round(worst["regression"], 6), f"<= {policy.max_slice_regression}", ok,
+            f"worst slice {worst['column']}={worst['value']} ({worst['rows']} rows): {primary} {worst['new']:.4f} vs "
+            f"{worst['old']:.4f}, {worst['regression']:+.4f} worse, allowed {policy.max_slice_regression}"))
+    if "ece" in metrics and "ece" in champion["metrics"]:
+        growth = metrics["ece"] - champion["metrics"]["ece"]
+        decision.clauses.append(Clause(
+            "calibration (ECE) worsening", round(growth, 6), f"<= {policy.max_calibration_worsening}",
+            growth <= policy.max_calibration_worsening,
+            f"expected calibration error {metrics['ece']:.4f} vs {champion['metrics']['ece']:.4f} "
+            f"({growth:+.4f}), allowed growth {policy.max_calibration_worsening}"))
+    decision.passed = all(c.ok for c in decision.clauses)
+    return decision

@@ -1,0 +1,128 @@
+"""A registered model that predicts from rows, the fitted transforms inside.
+
+    import mlflow
+    model = mlflow.pyfunc.load_model("models:/flights_delay@champion")
+    probabilities = model.predict(rows)      # a pandas or polars DataFrame
+
+``rows`` carry the model's feature columns as the features asset builds them: raw columns (carrier,
+distance, ...), the joined and rolling columns (weather, plane attributes, a carrier's 7-day delay
+rate) and, if they are missing, the spec's time parts are derived from the raw timestamp column.
+Standardizing, clipping, bucketizing, vocabularies and hashing come from the feature state fitted
+on the training window, stored inside the model: the same ``transform`` training used.
+Joins and rolling aggregates need dimension tables and earlier days, which one row cannot carry:
+``ml_assets.features.serve.featurize`` builds them from raw tables outside MLflow.
+
+Saved as MLflow "models from code" (``mlflow_model.py``): loading runs code from the installed
+``ml_assets`` package and reads JSON and safetensors; there is no pickle in the model directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+
+FILES = ("model.safetensors", "meta.json", "feature_state.json", "spec.json")
+CODE = Path(__file__).with_name("mlflow_model.py")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class TabularModel(mlflow.pyfunc.PythonModel):
+    def load_context(self, context) -> None:
+        from safetensors.torch import load as safetensors_load
+
+        from ml_assets.spec import ModelSpec
+        from ml_assets.trainer.model import build_model
+
+        paths = {name: Path(context.artifacts[name]) for name in FILES}
+        meta = json.loads(paths["meta.json"].read_bytes())
+        for name, key in (("model.safetensors", "weights_sha256"), ("feature_state.json", "feature_state_sha256")):
+            if _sha(paths[name]) != meta[key]:
+                raise ValueError(f"{paths[name]}: sha256 does not match meta.json's {key}; the model files are damaged")
+        self.meta = meta
+        self.state = json.loads(paths["feature_state.json"].read_bytes())
+        self.spec = ModelSpec.model_validate(json.loads(paths["spec.json"].read_bytes()))
+        self.model = build_model(meta["model_config"])
+        self.model.load_state_dict(safetensors_load(paths["model.safetensors"].read_bytes()))
+        self.model.eval()
+
+    def predict(self, context, model_input, params: dict[str, Any] | None = None):
+        import numpy as np
+        import polars as pl
+        import torch
+
+        from ml_assets.features.state import transform
+
+        frame = model_input if isinstance(model_input, pl.DataFrame) else pl.from_pandas(model_input)
+        frame = self._time_parts(frame)
+        encoded = transform(frame, self.state)
+        with torch.no_grad():
+            out = self.model(torch.from_numpy(encoded.numeric), torch.from_numpy(encoded.categorical))
+        if self.meta["task"] == "binary_classification":
+            out = torch.sigmoid(out)
+        return out.numpy().astype(np.float64)
+
+    def _time_parts(self, frame):
+        """Derive the spec's time parts from the raw timestamp when the rows lack them."""
+        from ml_assets.features import build
+
+        time = self.spec.features.time
+        wanted = {f"{time.prefix}{p}" for p in time.parts} if time else set()
+        missing = wanted - set(frame.columns)
+        ts = (time.column if time else None) or self.spec.partitioning.timestamp_column
+        if not missing or ts not in frame.columns:
+            return frame
+        lazy = build._time_parts(self.spec, build.dated(self.spec, frame.lazy()), streaming=False)
+        return lazy.collect(engine="in-memory").select([*frame.columns, *sorted(missing)])
+
+
+def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
+    """Write an MLflow pyfunc model directory at ``path`` from the exported files."""
+    import tempfile
+
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    from ml_assets.spec import ModelSpec
+
+    spec = ModelSpec.model_validate(json.loads(spec_json))
+    feats = spec.features
+    # Not "required": a missing value is allowed (the transforms impute it), and the time parts may
+    # instead come from the raw timestamp column; a row set lacking a feature fails with its name.
+    time = feats.time
+    parts = {f"{time.prefix}{p}" for p in time.parts} if time else set()
+    ts = [(time.column if time else None) or spec.partitioning.timestamp_column] if parts else []
+    signature = ModelSignature(
+        inputs=Schema([*(ColSpec("double", c, required=False) for c in feats.numeric_names),
+                       *(ColSpec("string", c, required=False) for c in feats.categorical_names),
+                       *(ColSpec("string", c, required=False) for c in ts if c not in feats.categorical_names)]),
+        outputs=Schema([ColSpec("double")]),
+    )
+    with tempfile.TemporaryDirectory(prefix="ml_assets-pyfunc-") as tmp:
+        artifacts = {}
+        for name in FILES:
+            (Path(tmp) / name).write_bytes(spec_json if name == "spec.json" else files[name])
+            artifacts[name] = str(Path(tmp) / name)
+        mlflow.pyfunc.save_model(
+            str(path), python_model=str(CODE), artifacts=artifacts, signature=signature,
+            # Pinned here: inferring requirements would load and run the model in a subprocess.
+            pip_requirements=[f"ml-assets=={_version()}", f"mlflow=={mlflow.__version__}"],
+        )
+    return path
+
+
+def model_files(model_dir: Path) -> dict[str, Path]:
+    """The exported files inside a saved (or downloaded) pyfunc directory."""
+    return {name: model_dir / "artifacts" / name for name in FILES}
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("ml-assets")
