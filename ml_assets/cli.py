@@ -39,6 +39,7 @@ def prepare_home(settings: Settings) -> None:
     if not target.exists() and source.exists():
         shutil.copyfile(source, target)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def _say(message: str) -> None:
@@ -64,7 +65,7 @@ def demo(model: str, day: str | None) -> int:
     _say(f"ml_assets demo: model {spec.name}, home {settings.home}")
     print(f"    {len(days)} days of data ({days[0]}..{days[-1]}) are ingested, validated and featurized;\n"
           f"    then {target} is trained on them (torchrun, {spec.training.processes_per_node} processes), "
-          "evaluated on its own day and registered.", flush=True)
+          "evaluated on its own day against the champion, registered and, if the gate passed, promoted.", flush=True)
     for i, current in enumerate(days, start=1):
         _say(f"[{i}/{len(days) + 1}] {current}: {' -> '.join(INGEST_STAGES)}")
         result = job.execute_in_process(
@@ -78,23 +79,51 @@ def demo(model: str, day: str | None) -> int:
                                     raise_on_error=False)
     if not result.success:
         return _failed(result, target)
+    _say(f"promotion: one tick of {spec.name}_promotion_sensor (what the Dagster daemon runs every minute)")
+    status = promote_by_sensor(instance, spec)
+    if status:
+        return status
     _summary(instance, spec, target, settings, time.perf_counter() - started)
     return 0
 
 
-def _failed(result, day: dt.date) -> int:
+def promote_by_sensor(instance, spec) -> int:
+    """Evaluate the promotion sensor once and run what it asks for, in this process."""
+    import dagster as dg
+
+    import ml_assets
+
+    defs = ml_assets.code_location
+    sensor = defs.resolve_sensor_def(f"{spec.name}_promotion_sensor")
+    context = dg.build_sensor_context(instance=instance, resources={"tracking": defs.resources["tracking"]})
+    tick = sensor.evaluate_tick(context)
+    if not tick.run_requests:
+        print(f"    no promotion: {tick.skip_message}", flush=True)
+        return 0
+    job = defs.resolve_job_def(f"{spec.name}_promote")
+    for request in tick.run_requests:
+        result = job.execute_in_process(run_config={**request.run_config, **LOG_INFO}, instance=instance,
+                                        tags=request.tags, raise_on_error=False)
+        if not result.success:
+            return _failed(result, None)
+    return 0
+
+
+def _failed(result, day: dt.date | None) -> int:
+    what = f" for {day}" if day else ""
     for event in result.all_events:
         if event.is_failure and event.step_key:
-            print(f"\nFAILED {event.step_key} for {day}: {event.message}", file=sys.stderr)
-    print(f"The run for {day} failed; see the messages above (or `make dev` and the run in the UI).", file=sys.stderr)
+            print(f"\nFAILED {event.step_key}{what}: {event.message}", file=sys.stderr)
+    print(f"The run{what} failed; see the messages above (or `make dev` and the run in the UI).", file=sys.stderr)
     return 1
 
 
-def _latest(instance, key, partition: str) -> dict:
+def _latest(instance, key, partition: str | None) -> dict:
     import dagster as dg
 
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1).records
-    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()}
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(
+        asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else {}
 
 
 def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float) -> None:
@@ -103,16 +132,24 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     day = target.isoformat()
     registered = _latest(instance, asset_key(spec, "registered_model"), day)
     report = _latest(instance, asset_key(spec, "evaluation_report"), day)
+    production = _latest(instance, asset_key(spec, "production_model"), None)
     tags = registered["tags"]
     metrics = "  ".join(f"{m} {report[m]:.4f}" for m in spec.evaluation.metrics)
     alias = f" (alias @{registered['alias']})" if registered.get("alias") else ""
+    champion = (f"version {production['champion_version']} ({production['decision']} by {production['actor']}: "
+                f"{production['reason'][:90]})") if production else "none yet"
     _say(f"done in {seconds:.0f} s")
     print(f"""
     registered model   {registered['model_name']} version {registered['model_version']}{alias}
     learned from       main commit {tags['data_commit']} of repository {spec.repository}
                        (training days' commits are in the version's 'data_commits' tag)
     test metrics       {metrics}   on {day}: {report['test_rows']} held-out flights
+    promotion gate     {'passed' if report['gate_passed'] else 'FAILED'}: {report['gate_reason'][:100]}
+    @champion          {champion}
     MLflow run         {registered['mlflow_run_id']}
+
+    The champion's audit (evidence, data checks, promotions, pins):  .venv/bin/ml-assets audit {spec.name}
+    Rebuild it from its records and compare the weights:  .venv/bin/ml-assets reproduce {spec.name} --version {production.get('champion_version', registered['model_version'])}
 
     Dagster UI:  make dev         then open http://127.0.0.1:3000  (Assets -> {spec.name}: the lineage and its metadata)
     MLflow UI:   make mlflow-ui   then open http://127.0.0.1:5000  (Models -> {spec.name})

@@ -109,7 +109,9 @@ def plan(client: MlflowClient, store: VersionStore, spec: ModelSpec, req: Reques
     else:
         if current is None:
             raise PromotionRefused(f"{spec.name} has no champion to roll back")
-        made = [r for r in history(store, spec.name) if r["version"] == previous]
+        # The promotion that installed the current champion names the one before it; rolling back
+        # again walks further back the chain (a rollback record is never the way back).
+        made = [r for r in history(store, spec.name) if r["version"] == previous and r["action"] == "promote"]
         target = made[-1]["previous"] if made else None
         if target is None:
             raise PromotionRefused(f"{spec.name} version {previous} is the first champion on record; "

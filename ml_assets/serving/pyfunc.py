@@ -85,6 +85,7 @@ class TabularModel(mlflow.pyfunc.PythonModel):
 def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
     """Write an MLflow pyfunc model directory at ``path`` from the exported files."""
     import tempfile
+    import warnings
 
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
@@ -109,11 +110,13 @@ def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
         for name in FILES:
             (Path(tmp) / name).write_bytes(spec_json if name == "spec.json" else files[name])
             artifacts[name] = str(Path(tmp) / name)
-        mlflow.pyfunc.save_model(
-            str(path), python_model=str(CODE), artifacts=artifacts, signature=signature,
-            # Pinned here: inferring requirements would load and run the model in a subprocess.
-            pip_requirements=[f"ml-assets=={_version()}", f"mlflow=={mlflow.__version__}"],
-        )
+        with warnings.catch_warnings():  # "no input_example": the signature above says what goes in
+            warnings.simplefilter("ignore", UserWarning)
+            mlflow.pyfunc.save_model(
+                str(path), python_model=str(CODE), artifacts=artifacts, signature=signature,
+                # Pinned here: inferring requirements would load and run the model in a subprocess.
+                pip_requirements=[f"ml-assets=={_version()}", f"mlflow=={mlflow.__version__}"],
+            )
     return path
 
 

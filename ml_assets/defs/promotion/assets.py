@@ -18,7 +18,9 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=asset_key(spec, "production_model"),
         deps=[asset_key(spec, "registered_model")],
-        group_name=spec.name,
+        # Its own group: not partitioned and materialized only with a promotion's config, so
+        # "materialize the model's group for a day" never tries to promote.
+        group_name=f"{spec.name}_production",
         kinds={"mlflow"},
         tags={"ml_assets/stage": "promotion"},
         description=(f"The {spec.name} version that serves (MLflow alias 'champion'). Each materialization is one "

@@ -1,0 +1,72 @@
+"""The promotion policy clause by clause, on hand-made reports."""
+
+import pytest
+
+from ml_assets.evaluation.policy import decide
+from ml_assets.spec import PromotionSpec
+
+POLICY = PromotionSpec(primary_metric="roc_auc", min_improvement=0.005, max_slice_regression=0.05,
+                       max_calibration_worsening=0.02, floors={"roc_auc": 0.6, "log_loss": 0.5})
+
+
+def challenger(new: float, old: float, *, worst_slice: float = 0.0, ece: tuple[float, float] = (0.02, 0.02)) -> dict:
+    return {
+        "metrics": {"roc_auc": new, "ece": ece[0]},
+        "champion": {"version": "3", "metrics": {"roc_auc": old, "ece": ece[1]}, "same_weights": False},
+        "primary_delta": [new - old, new - old - 0.01, new - old + 0.01],
+        "slice_regressions": [{"column": "carrier", "value": "UA", "rows": 120, "new": 0.7 - worst_slice,
+                               "old": 0.7, "regression": worst_slice}],
+    }
+
+
+def test_first_model_must_reach_every_floor():
+    ok = decide(POLICY, {"metrics": {"roc_auc": 0.65, "log_loss": 0.4}, "champion": None})
+    assert ok.passed and ok.kind == "first_model"
+    low = decide(POLICY, {"metrics": {"roc_auc": 0.65, "log_loss": 0.7}, "champion": None})
+    assert not low.passed
+    assert [c.name for c in low.failed] == ["floor log_loss"]  # lower is better: 0.7 > ceiling 0.5
+    assert "log_loss 0.7000 misses the floor <= 0.5" in low.reason()
+
+
+def test_challenger_needs_the_minimum_improvement():
+    assert decide(POLICY, challenger(0.706, 0.700)).passed
+    small = decide(POLICY, challenger(0.703, 0.700))
+    assert not small.passed and [c.name for c in small.failed] == ["improvement of roc_auc"]
+    assert "+0.0030" in small.reason() and "required >= +0.0050" in small.reason()
+    worse = decide(POLICY, challenger(0.650, 0.700))
+    assert not worse.passed
+
+
+def test_a_slice_may_not_regress_beyond_the_bound():
+    bad = decide(POLICY, challenger(0.72, 0.70, worst_slice=0.08))
+    assert not bad.passed and [c.name for c in bad.failed] == ["slice regression of roc_auc"]
+    assert "carrier=UA" in bad.reason()
+    assert decide(POLICY, challenger(0.72, 0.70, worst_slice=0.05)).passed
+
+
+def test_calibration_may_not_worsen_beyond_the_bound():
+    bad = decide(POLICY, challenger(0.72, 0.70, ece=(0.06, 0.02)))
+    assert not bad.passed and [c.name for c in bad.failed] == ["calibration (ECE) worsening"]
+
+
+def test_lower_is_better_primary_metric():
+    policy = PromotionSpec(primary_metric="rmse", min_improvement=0.1)
+    report = {"metrics": {"rmse": 9.5}, "champion": {"version": "1", "metrics": {"rmse": 10.0}},
+              "primary_delta": [-0.5, -0.7, -0.3], "slice_regressions": []}
+    assert decide(policy, report).passed
+    report["primary_delta"] = [0.5, 0.3, 0.7]
+    report["metrics"]["rmse"] = 10.5
+    assert not decide(policy, report).passed
+
+
+def test_the_champions_own_weights_pass_as_nothing_to_promote():
+    same = decide(POLICY, {"metrics": {"roc_auc": 0.7}, "champion": {"version": "2", "same_weights": True}})
+    assert same.passed and same.kind == "same_as_champion"
+
+
+@pytest.mark.parametrize("kind", ["first_model", "challenger"])
+def test_decisions_serialize(kind):
+    report = challenger(0.71, 0.70) if kind == "challenger" else {"metrics": {"roc_auc": 0.7, "log_loss": 0.3},
+                                                                   "champion": None}
+    out = decide(POLICY, report).as_dict()
+    assert out["kind"] == kind and out["clauses"] and isinstance(out["reason"], str)
