@@ -39,8 +39,11 @@ def write_spec(directory: Path, data: dict) -> Path:
 
 
 def small_training(data: dict, window_days: int = 3, epochs: int = 2) -> dict:
-    """The bundled model with a short window and few epochs: seconds instead of a minute."""
+    """The bundled model with a short window and few epochs: seconds instead of a minute. Such a
+    model is no better than chance on some days, so a first one is not held to the spec's floors
+    (tests of the gate set their own)."""
     data["training"].update({"window_days": window_days, "epochs": epochs, "batch_size": 128})
+    data["promotion"]["floors"] = {}
     return data
 
 

@@ -60,15 +60,23 @@ def test_second_spec_makes_a_second_independent_group(tmp_path, spec_dict):
     spec_dict.update(name="flights_delay_minutes")
     spec_dict["target"] = {"name": "delay_minutes", "expression": "dep_delay", "task": "regression"}
     spec_dict["evaluation"] = {"metrics": ["rmse", "mae", "r2"], "slice_columns": ["carrier"]}
-    spec_dict["promotion"] = {"primary_metric": "rmse"}
+    spec_dict["promotion"] = {"primary_metric": "rmse", "mode": "approval_required"}
     write_spec(tmp_path, spec_dict)
-    graph = _defs(tmp_path).resolve_asset_graph()
+    defs = _defs(tmp_path)
+    graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert groups == {"flights_delay", "flights_delay_minutes"}
+    # production_model sits in its own group: "materialize the group for a day" never promotes.
+    assert groups == {"flights_delay", "flights_delay_minutes", "flights_delay_production",
+                      "flights_delay_minutes_production"}
     second = [k for k in graph.get_all_asset_keys() if k.path[0] == "flights_delay_minutes"]
-    assert len(second) == len(STAGES)
+    assert len(second) == len(STAGES) + 1
     for key in second:
         assert all(p.path[0] == "flights_delay_minutes" for p in graph.get(key).parent_keys)
+    # The promotion sensor runs by default only where the spec asks for automatic promotion.
+    status = {name: defs.resolve_sensor_def(f"{name}_promotion_sensor").default_status
+              for name in ("flights_delay", "flights_delay_minutes")}
+    assert status == {"flights_delay": dg.DefaultSensorStatus.RUNNING,
+                      "flights_delay_minutes": dg.DefaultSensorStatus.STOPPED}
 
 
 def test_editing_the_feature_section_changes_features_code_version_only_there(tmp_path, spec_dict):

@@ -159,7 +159,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
 def check_promotion_reproduction_and_audit(instance, client, version, day, models, tmp_path) -> None:
     import mlflow.pyfunc
 
-    from ml_assets.defs.evaluation.report import predict
+    from ml_assets.serving.predict import predict
     from ml_assets.trainer.checkpoint import load_checkpoint
     from ml_assets.trainer.config import DataRef
 

@@ -38,6 +38,7 @@ class TabularModel(mlflow.pyfunc.PythonModel):
         from safetensors.torch import load as safetensors_load
 
         from ml_assets.spec import ModelSpec
+        from ml_assets.trainer.checkpoint import LoadedCheckpoint
         from ml_assets.trainer.model import build_model
 
         paths = {name: Path(context.artifacts[name]) for name in FILES}
@@ -45,28 +46,19 @@ class TabularModel(mlflow.pyfunc.PythonModel):
         for name, key in (("model.safetensors", "weights_sha256"), ("feature_state.json", "feature_state_sha256")):
             if _sha(paths[name]) != meta[key]:
                 raise ValueError(f"{paths[name]}: sha256 does not match meta.json's {key}; the model files are damaged")
-        self.meta = meta
-        self.state = json.loads(paths["feature_state.json"].read_bytes())
         self.spec = ModelSpec.model_validate(json.loads(paths["spec.json"].read_bytes()))
-        self.model = build_model(meta["model_config"])
-        self.model.load_state_dict(safetensors_load(paths["model.safetensors"].read_bytes()))
-        self.model.eval()
+        model = build_model(meta["model_config"])
+        model.load_state_dict(safetensors_load(paths["model.safetensors"].read_bytes()))
+        model.eval()
+        self.loaded = LoadedCheckpoint(model, meta, json.loads(paths["feature_state.json"].read_bytes()))
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None):
-        import numpy as np
         import polars as pl
-        import torch
 
-        from ml_assets.features.state import transform
+        from ml_assets.serving.predict import predict
 
         frame = model_input if isinstance(model_input, pl.DataFrame) else pl.from_pandas(model_input)
-        frame = self._time_parts(frame)
-        encoded = transform(frame, self.state)
-        with torch.no_grad():
-            out = self.model(torch.from_numpy(encoded.numeric), torch.from_numpy(encoded.categorical))
-        if self.meta["task"] == "binary_classification":
-            out = torch.sigmoid(out)
-        return out.numpy().astype(np.float64)
+        return predict(self.loaded, self._time_parts(frame))
 
     def _time_parts(self, frame):
         """Derive the spec's time parts from the raw timestamp when the rows lack them."""

@@ -89,9 +89,11 @@ def complete_checkpoints(root: Path) -> list[dict]:
     """progress.json of every checkpoint with a manifest, oldest first."""
     out = []
     for d in sorted(root.glob("step-*")):
-        if (d / "manifest.json").exists():
-            progress = json.loads((d / "progress.json").read_text())
-            out.append(progress)
+        try:
+            if (d / "manifest.json").exists():
+                out.append(json.loads((d / "progress.json").read_text()))
+        except FileNotFoundError:  # pruned (keep_last) by the running trainer between the two reads
+            continue
     return out
 
 

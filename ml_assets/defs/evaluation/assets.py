@@ -23,6 +23,7 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
     key = asset_key(spec, "evaluation_report")
     ckpt_key, features_key = asset_key(spec, "trained_checkpoint"), asset_key(spec, "features")
     version = code_version(spec, ("evaluation", "promotion", "target"), "ml_assets.defs.evaluation.report",
+                           "ml_assets.serving.predict",
                            "ml_assets.evaluation.metrics", "ml_assets.evaluation.policy", "ml_assets.trainer.checkpoint")
     policy = spec.promotion
 

@@ -15,27 +15,13 @@ import polars as pl
 
 from ml_assets.evaluation import metrics as M
 from ml_assets.evaluation.policy import decide
+from ml_assets.serving.predict import predict
 from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
-from ml_assets.trainer.checkpoint import LoadedCheckpoint
 from ml_assets.trainer.config import DataRef
 
 
 class EvaluationError(Exception):
     """The evaluation cannot be computed (no rows, a single class, a champion that cannot read the rows)."""
-
-
-def predict(loaded: LoadedCheckpoint, frame: pl.DataFrame) -> np.ndarray:
-    """Probabilities for classification, values for regression."""
-    import torch
-
-    from ml_assets.features.state import transform
-
-    encoded = transform(frame, loaded.feature_state)
-    with torch.no_grad():
-        out = loaded.model(torch.from_numpy(encoded.numeric), torch.from_numpy(encoded.categorical))
-    if loaded.meta["task"] == "binary_classification":
-        out = torch.sigmoid(out)
-    return out.numpy().astype(np.float64)
 
 
 def _ref(record: dict) -> DataRef:
@@ -108,8 +94,8 @@ def _compare(spec, report, mv, client, frame, y, pred, slices) -> None:
         champion = registry.load_version(client, mv)
         old = predict(champion, frame)
     except (registry.RegistryError, ValueError) as exc:
-        raise EvaluationError(f"the champion (version {mv.version}) cannot be evaluated on these rows: {exc}. "
-                              "Roll back or promote by hand (docs/operations.md)") from None
+        raise EvaluationError(f"the champion (version {mv.version}) cannot be scored on the same rows, so the "
+                              f"promotion gate cannot compare the two: {exc}") from None
     # The champion keeps the cut it was registered with (chosen on its own validation day).
     recorded = mv.tags.get("decision_threshold")
     threshold = float(recorded) if recorded else report["threshold"]

@@ -1,0 +1,23 @@
+"""One prediction function for evaluation, the registered pyfunc and batch inference."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from ml_assets.trainer.checkpoint import LoadedCheckpoint
+
+
+def predict(loaded: LoadedCheckpoint, frame: pl.DataFrame) -> np.ndarray:
+    """Feature rows -> probabilities (classification) or values (regression), through the fitted
+    feature state that travels with the weights."""
+    import torch
+
+    from ml_assets.features.state import transform
+
+    encoded = transform(frame, loaded.feature_state)
+    with torch.no_grad():
+        out = loaded.model(torch.from_numpy(encoded.numeric), torch.from_numpy(encoded.categorical))
+    if loaded.meta["task"] == "binary_classification":
+        out = torch.sigmoid(out)
+    return out.numpy().astype(np.float64)
