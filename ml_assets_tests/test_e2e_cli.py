@@ -39,6 +39,23 @@ def ml_assets_cli(*args: str, models_dir: Path, **env: str) -> subprocess.Comple
                           timeout=300, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir), **env))
 
 
+def cli_in_process(*args: str, models_dir: Path) -> tuple[int, str]:
+    """``ml-assets`` in this process (saves the imports of a subprocess): exit code and stderr."""
+    import contextlib
+    import io
+
+    from ml_assets import cli
+
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        mp.setenv("ML_ASSETS_MODELS_DIR", str(models_dir))
+        try:
+            cli.main(list(args))
+        except SystemExit as exc:
+            return int(exc.code or 0), err.getvalue()
+    return 0, err.getvalue()
+
+
 def lineage_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
     return ml_assets_cli("lineage", *args, models_dir=models_dir, **env)
 
@@ -172,13 +189,14 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
     assert plots >= {"roc.png", "precision_recall.png", "calibration.png", "loss_curves.png", "slices.png"}
     assert version.tags["gate"] == "passed" and version.tags["gate_champion_version"] == "none"
 
-    bad = [ml_assets_cli("promote", "no_such_model", "1", "--reason", "x", models_dir=models),
-           ml_assets_cli("promote", "flights_delay", "7", "--reason", "x", models_dir=models),
-           ml_assets_cli("audit", "flights_delay", "--version", "abc", models_dir=models),
-           ml_assets_cli("reproduce", "../etc", "--version", "1", models_dir=models)]
-    for proc in bad:
-        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "has no version 7" in bad[1].stderr and "not a version number" in bad[2].stderr
+    bad = [cli_in_process("promote", "no_such_model", "1", "--reason", "x", models_dir=models),
+           cli_in_process("promote", "flights_delay", "7", "--reason", "x", models_dir=models),
+           cli_in_process("audit", "flights_delay", "--version", "abc", models_dir=models),
+           cli_in_process("reproduce", "../etc", "--version", "1", models_dir=models)]
+    for code, err in bad:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "has no version 7" in bad[1][1] and "not a version number" in bad[2][1]
+    # Through Dagster (the promotion job), so in its own process like a user's.
     refused = ml_assets_cli("rollback", "flights_delay", "--reason", "x", models_dir=models)
     assert refused.returncode == 1 and "has no champion to roll back" in refused.stderr
 
