@@ -1,5 +1,7 @@
 """Assembles the code location: one asset group per model spec, resources for the environment."""
 
+import os
+
 import dagster as dg
 
 from ml_assets.defs import build_model_defs
@@ -10,6 +12,7 @@ from ml_assets.resources import (
     LocalVersionStoreResource,
     MlflowTrackingResource,
     TorchrunLauncher,
+    TuningResource,
     VersionStoreResource,
 )
 from ml_assets.settings import LAKEFS_VARIABLES, Settings, load_settings
@@ -34,6 +37,12 @@ def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
             tracking_uri=settings.mlflow_tracking_uri, artifact_root=str(settings.mlflow_artifact_root)
         ),
         "launcher": TorchrunLauncher(),
+        "tuning_store": TuningResource(
+            # A PostgreSQL URL carries a password: it stays in the environment, never in config.
+            storage_url=dg.EnvVar("ML_ASSETS_OPTUNA_STORAGE") if os.environ.get("ML_ASSETS_OPTUNA_STORAGE")
+            else settings.optuna_storage,
+            workdir=str(settings.tuning_dir),
+        ),
     }
 
 

@@ -10,6 +10,8 @@ Read from the environment when definitions are built (never at import time):
 - ``ML_ASSETS_VERSION_STORE``: ``local`` (default, the embedded store under the home) or ``lakefs``
   (then ``LAKEFS_ENDPOINT``, ``LAKEFS_ACCESS_KEY_ID``, ``LAKEFS_SECRET_ACCESS_KEY`` and
   ``LAKEFS_STORAGE_NAMESPACE`` are read from the environment when a run needs them).
+- ``ML_ASSETS_OPTUNA_STORAGE``: the tuning studies' database URL (default: SQLite under the home,
+  for one trial worker); ``postgresql+psycopg://user:password@host/db`` for several workers.
 - ``ML_ASSETS_DAGSTER_URL``: the Dagster UI's address, for run links in commit metadata and
   MLflow tags (default ``http://127.0.0.1:3000``, where ``make dev`` serves it).
 """
@@ -67,6 +69,14 @@ class Settings:
     @property
     def mlflow_artifact_root(self) -> Path:
         return self.mlflow_dir / "artifacts"
+
+    @property
+    def tuning_dir(self) -> Path:
+        return self.home / "tuning"
+
+    @property
+    def optuna_storage(self) -> str:
+        return f"sqlite:///{self.tuning_dir / 'optuna.db'}"
 
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:

@@ -14,6 +14,11 @@ from ml_assets.defs.raw.assets import build_raw_data
 from ml_assets.defs.registry.assets import build_registered_model
 from ml_assets.defs.snapshots.assets import build_validated_snapshot
 from ml_assets.defs.training.assets import build_trained_checkpoint
+from ml_assets.defs.tuning.assets import (
+    build_hyperparameters,
+    build_tuning_job,
+    build_tuning_schedule,
+)
 from ml_assets.spec import ModelSpec
 
 BUILDERS = (
@@ -31,5 +36,8 @@ def build_model_defs(spec: ModelSpec) -> dg.Definitions:
     job = build_daily_job(spec, assets)
     production = build_production_model(spec)
     promote = build_promotion_job(spec, production)
-    return dg.Definitions(assets=[*assets, production], jobs=[job, promote], schedules=[build_daily_schedule(job)],
+    tuning = build_hyperparameters(spec)
+    tune = build_tuning_job(spec, tuning)
+    return dg.Definitions(assets=[*assets, production, tuning], jobs=[job, promote, tune],
+                          schedules=[build_daily_schedule(job), build_tuning_schedule(tune)],
                           sensors=[build_promotion_sensor(spec, promote)])

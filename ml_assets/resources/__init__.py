@@ -3,6 +3,7 @@
 from ml_assets.resources.artifacts import ArtifactStoreResource, CheckpointStoreResource
 from ml_assets.resources.tracking import MlflowTrackingResource
 from ml_assets.resources.training import TorchrunLauncher
+from ml_assets.resources.tuning import TuningResource
 from ml_assets.resources.version_store import (
     LakeFSVersionStoreResource,
     LocalVersionStoreResource,
@@ -16,5 +17,6 @@ __all__ = [
     "LocalVersionStoreResource",
     "MlflowTrackingResource",
     "TorchrunLauncher",
+    "TuningResource",
     "VersionStoreResource",
 ]

@@ -17,7 +17,7 @@ ASYNC_MODES = ("off", "thread", "process")
 NOT_TRAINING = frozenset({
     "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
     "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
-    "prefetch_factor", "threads",
+    "prefetch_factor", "threads", "epoch_log",
 })
 
 
@@ -93,6 +93,9 @@ class TrainConfig:
     checkpoint_async: str = "thread"
     preemption_grace_seconds: float = 20.0
     """After SIGTERM: finish the step, checkpoint, exit 75; give up checkpointing after this long."""
+    epoch_log: str = ""
+    """A local file rank 0 appends one JSON line to after each epoch ({"epoch", "train_loss",
+    "val_loss"}): how a tuning trial's pruner sees the validation loss while the trainer runs."""
 
     def __post_init__(self) -> None:
         problems = []

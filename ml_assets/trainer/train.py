@@ -495,6 +495,9 @@ class Trainer:
             p.bad_epochs += 1
         self.log(f"epoch {p.epoch + 1}/{cfg.epochs}  train_loss {loss / max(rows, 1):.4f}  val_loss {val:.4f}"
                  + ("  (best)" if improved else f"  ({p.bad_epochs} without improvement)"))
+        if cfg.epoch_log and self.rt.master:
+            with open(cfg.epoch_log, "a", encoding="utf-8") as fh:  # one line, flushed on close
+                fh.write(json.dumps(p.history[-1]) + "\n")
         p.epoch += 1
         p.rows_in_epoch = 0
         p.epoch_loss = [0.0, 0.0]

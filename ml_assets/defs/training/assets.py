@@ -70,23 +70,11 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         state_ref = artifacts.put(f"{spec.name}/feature_state/date={day.isoformat()}", feature_state.state_bytes(state), ".json")
         training = spec.training
         run_dir = f"{checkpoints.root.rstrip('/')}/{spec.name}/date={day.isoformat()}"
-        cfg = TrainConfig(
-            model=spec.name, task=spec.target.task, train_files=train_refs, val_files=[refs[win.val_day]],
-            feature_state=state_ref.as_data_ref(), output_dir=f"{run_dir}/{context.run_id}",
-            family=training.family, epochs=training.epochs, batch_size=training.batch_size,
-            grad_accum_steps=training.grad_accum_steps, learning_rate=training.learning_rate,
-            weight_decay=training.weight_decay, warmup_steps=training.warmup_steps, min_lr_ratio=training.min_lr_ratio,
-            grad_clip_norm=training.grad_clip_norm, hidden_sizes=list(training.hidden_sizes), dropout=training.dropout,
-            activation_checkpointing=training.activation_checkpointing, precision=training.precision,
-            early_stopping_patience=training.early_stopping.patience,
-            early_stopping_min_delta=training.early_stopping.min_delta, seed=training.seed,
-            deterministic=training.deterministic, num_workers=training.loader.num_workers,
-            pin_memory=training.loader.pin_memory, prefetch_factor=training.loader.prefetch_factor,
-            report_every_steps=training.report_every_steps, checkpoint_every_steps=training.checkpoint.every_steps,
-            checkpoint_every_seconds=training.checkpoint.every_seconds, keep_last=training.checkpoint.keep_last,
-            checkpoint_async=training.checkpoint.async_mode,
-            preemption_grace_seconds=training.checkpoint.preemption_grace_seconds,
-        )
+        tuned = tuned_parameters(context.instance, spec)
+        cfg = train_config(spec, train_refs, [refs[win.val_day]], state_ref.as_data_ref(),
+                           f"{run_dir}/{context.run_id}", (tuned or {}).get("params", {}))
+        if tuned:
+            context.log.info(f"trained_checkpoint {day}: hyperparameters from {tuned['source']}: {tuned['params']}")
         # Checkpoints are keyed by what decides the weights (data, state, hyperparameters), not by the
         # run: a retry or a re-run of the same training resumes; a changed config starts its own.
         cfg = dataclasses.replace(cfg, checkpoint_dir=f"{run_dir}/train-{cfg.fingerprint()[:16]}")
@@ -121,6 +109,7 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
                 "feature_state_uri": dg.MetadataValue.path(state_ref.uri), "feature_state_sha256": state_ref.sha256,
                 "features": dg.MetadataValue.json(feature_columns(spec)),
                 "training_config": dg.MetadataValue.json(json.loads(cfg.to_json())),
+                "hyperparameters": dg.MetadataValue.json(tuned or {"source": "the spec's training section"}),
                 "progress": dg.MetadataValue.json([{k: m[k] for k in ("step", "loss", "samples_per_s", "lr", "time")}
                                                    for m in outcome.progress]),
             },
@@ -128,3 +117,47 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
 
     return trained_checkpoint
 
+
+
+def train_config(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[DataRef], state: DataRef,
+                 output_dir: str, overrides: dict | None = None) -> TrainConfig:
+    """The trainer's config from the spec's training section, with tuned values on top."""
+    from ml_assets.tuning.space import config_overrides
+
+    training = spec.training
+    values = dict(
+        model=spec.name, task=spec.target.task, train_files=train_refs, val_files=val_refs,
+        feature_state=state, output_dir=output_dir,
+        family=training.family, epochs=training.epochs, batch_size=training.batch_size,
+        grad_accum_steps=training.grad_accum_steps, learning_rate=training.learning_rate,
+        weight_decay=training.weight_decay, warmup_steps=training.warmup_steps, min_lr_ratio=training.min_lr_ratio,
+        grad_clip_norm=training.grad_clip_norm, hidden_sizes=list(training.hidden_sizes), dropout=training.dropout,
+        activation_checkpointing=training.activation_checkpointing, precision=training.precision,
+        early_stopping_patience=training.early_stopping.patience,
+        early_stopping_min_delta=training.early_stopping.min_delta, seed=training.seed,
+        deterministic=training.deterministic, num_workers=training.loader.num_workers,
+        pin_memory=training.loader.pin_memory, prefetch_factor=training.loader.prefetch_factor,
+        report_every_steps=training.report_every_steps, checkpoint_every_steps=training.checkpoint.every_steps,
+        checkpoint_every_seconds=training.checkpoint.every_seconds, keep_last=training.checkpoint.keep_last,
+        checkpoint_async=training.checkpoint.async_mode,
+        preemption_grace_seconds=training.checkpoint.preemption_grace_seconds,
+    )
+    values.update(config_overrides(overrides or {}, list(training.hidden_sizes)))
+    return TrainConfig(**values)
+
+
+def tuned_parameters(instance: dg.DagsterInstance, spec: ModelSpec) -> dict | None:
+    """The best parameters of the model's latest tuning study, if it has one and the spec applies it."""
+    if not spec.tuning.apply_best:
+        return None
+    records = instance.fetch_materializations(asset_key(spec, "hyperparameters"), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    meta = records[0].asset_materialization.metadata
+    if "best_params" not in meta:
+        return None
+    return {"params": meta["best_params"].value, "source": (
+        f"tuning study {meta['study_name'].value} trial {meta['best_trial'].value} "
+        f"(best val_loss {meta['best_value'].value:.4f}, Dagster run {records[0].run_id})"),
+        "study_name": meta["study_name"].value, "best_trial": meta["best_trial"].value,
+        "dagster_run_id": records[0].run_id}

@@ -1,0 +1,1 @@
+"""hyperparameters: an Optuna study per model, whose best parameters feed training."""

@@ -1,0 +1,37 @@
+"""The spec's search space as Optuna suggestions, and tuned values as trainer config fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+INTEGER = frozenset({"batch_size", "width", "depth", "warmup_steps"})
+
+
+def suggest(trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One value per dimension (``space``: the spec's ``tuning.space`` as plain dicts)."""
+    params = {}
+    for name, dim in sorted(space.items()):
+        if dim.get("choices") is not None:
+            params[name] = trial.suggest_categorical(name, list(dim["choices"]))
+        elif name in INTEGER:
+            step = int(dim["step"]) if dim.get("step") else 1
+            params[name] = trial.suggest_int(name, int(dim["low"]), int(dim["high"]), step=step, log=dim["log"])
+        else:
+            params[name] = trial.suggest_float(name, dim["low"], dim["high"], step=dim.get("step"), log=dim["log"])
+    return params
+
+
+def config_overrides(params: dict[str, Any], hidden_sizes: list[int]) -> dict[str, Any]:
+    """Trainer config fields for tuned values: ``width`` and ``depth`` reshape ``hidden_sizes``
+    (``depth`` layers of ``width``, or the spec's layers scaled to ``width`` when only it is tuned)."""
+    out = {k: v for k, v in params.items() if k not in ("width", "depth")}
+    for name in ("batch_size", "warmup_steps"):
+        if name in out:
+            out[name] = int(out[name])
+    if "width" in params or "depth" in params:
+        depth = int(params.get("depth", len(hidden_sizes)))
+        if "width" in params:
+            out["hidden_sizes"] = [int(params["width"])] * depth
+        else:
+            out["hidden_sizes"] = [hidden_sizes[min(i, len(hidden_sizes) - 1)] for i in range(depth)]
+    return out

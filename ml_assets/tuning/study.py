@@ -1,0 +1,233 @@
+"""The study: storage, sampler, pruner, and the trials of one worker process.
+
+Storage: SQLite under the local home for one worker; PostgreSQL (a URL from the environment) for
+several workers on one machine or many pods. Both are Optuna's RDBStorage with a heartbeat: a
+trial whose worker died stops beating, is failed when another trial starts, and is queued again
+(``RetryHeartbeatStaleTrialCallback``) up to ``max_retries`` times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from ml_assets.tuning.space import config_overrides, suggest
+
+# The heartbeat and the retry of stale trials are marked experimental in Optuna 5; we rely on them.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+class TrialFailed(Exception):
+    """The trainer of a trial exited with an error: the trial is recorded as FAIL, the study goes on."""
+
+
+@dataclass
+class Job:
+    """What every worker of one study needs, written as JSON by the hyperparameters asset."""
+
+    model: str
+    study_name: str
+    storage_url: str
+    base_config: dict[str, Any]
+    space: dict[str, dict[str, Any]]
+    trials: int
+    max_epochs: int
+    processes_per_trial: int
+    workdir: str
+    pruner: dict[str, Any]
+    sampler_seed: int = 0
+    startup_trials: int = 5
+    heartbeat_seconds: int = 10
+    max_retries: int = 2
+    tracking_uri: str = ""
+    experiment_id: str = ""
+    parent_run_id: str = ""
+    threads_per_process: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def storage(url: str, heartbeat_seconds: int = 10, max_retries: int = 2) -> optuna.storages.RDBStorage:
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs=engine, heartbeat_interval=heartbeat_seconds, grace_period=3 * heartbeat_seconds,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retries),
+    )
+
+
+def pruner(spec: dict[str, Any], max_epochs: int) -> optuna.pruners.BasePruner:
+    kind = spec["kind"]
+    if kind == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=spec["min_resource"], max_resource=max_epochs,
+                                              reduction_factor=spec["reduction_factor"])
+    if kind == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=spec["min_resource"],
+                                                      reduction_factor=spec["reduction_factor"])
+    if kind == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=spec["warmup_epochs"])
+    return optuna.pruners.NopPruner()
+
+
+def open_study(job: Job, *, create: bool = False) -> optuna.Study:
+    sampler = optuna.samplers.TPESampler(seed=job.sampler_seed, n_startup_trials=job.startup_trials)
+    store = storage(job.storage_url, job.heartbeat_seconds, job.max_retries)
+    return optuna.create_study(storage=store, study_name=job.study_name, direction="minimize", sampler=sampler,
+                               pruner=pruner(job.pruner, job.max_epochs), load_if_exists=True) if create else \
+        optuna.load_study(study_name=job.study_name, storage=store, sampler=sampler,
+                          pruner=pruner(job.pruner, job.max_epochs))
+
+
+def counts(study: optuna.Study) -> dict[str, int]:
+    """Trials by state; a FAIL that was queued again (its worker died) is counted as "retried"."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials} - {None}
+    out = {"complete": 0, "pruned": 0, "failed": 0, "retried": 0, "running": 0, "waiting": 0}
+    for t in trials:
+        state = t.state
+        if state == optuna.trial.TrialState.FAIL:
+            out["retried" if t.number in retried else "failed"] += 1
+        else:
+            out[{"COMPLETE": "complete", "PRUNED": "pruned", "RUNNING": "running", "WAITING": "waiting"}[state.name]] += 1
+    return out
+
+
+def finished(study: optuna.Study, total: int) -> bool:
+    c = counts(study)
+    return c["complete"] + c["pruned"] + c["failed"] >= total and not c["waiting"]
+
+
+def run_worker(job: Job) -> None:
+    """Run trials until the study has ``job.trials`` finished ones (including other workers')."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = open_study(job)
+    while not finished(study, job.trials):
+        study.optimize(lambda trial: objective(job, trial), n_trials=1, catch=(TrialFailed,))
+
+
+def _mlflow(job: Job):
+    if not job.tracking_uri:
+        return None
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=job.tracking_uri)
+
+
+def objective(job: Job, trial: optuna.Trial) -> float:
+    """Train with the trial's parameters, reporting each epoch's validation loss to the pruner."""
+    from ml_assets.trainer.config import TrainConfig
+
+    params = suggest(trial, job.space)
+    out = Path(job.workdir) / f"trial-{trial.number:04d}"
+    out.mkdir(parents=True, exist_ok=True)
+    epochs_file = out / "epochs.jsonl"
+    epochs_file.unlink(missing_ok=True)
+    base = {k: v for k, v in job.base_config.items()}
+    base.update(config_overrides(params, list(base["hidden_sizes"])))
+    base.update(epochs=job.max_epochs, output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"),
+                epoch_log=str(epochs_file), early_stopping_patience=0, checkpoint_every_seconds=0,
+                checkpoint_every_steps=0, keep_last=1, report_every_steps=10_000)
+    config = TrainConfig.from_dict(base)
+    (out / "train_config.json").write_text(config.to_json())
+    client = _mlflow(job)
+    run_id = None
+    if client is not None:
+        run = client.create_run(job.experiment_id, run_name=f"trial-{trial.number}", tags={
+            "mlflow.parentRunId": job.parent_run_id, "optuna_study": job.study_name,
+            "optuna_trial": str(trial.number), "ml_assets/stage": "tuning"})
+        run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
+        trial.set_user_attr("mlflow_run_id", run_id)
+    threads = str(job.threads_per_process)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={job.processes_per_trial}", "--max-restarts=0",
+               "-m", "ml_assets.trainer.train", "--config", str(out / "train_config.json")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, **job.env)
+    log = open(out / "trainer.log", "wb")  # noqa: SIM115 - closed below
+    # Its own session: pruning or a stopped worker kills torchrun and its ranks together.
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    seen, best = 0, float("inf")
+    try:
+        while True:
+            lines = epochs_file.read_text().splitlines() if epochs_file.exists() else []
+            for line in lines[seen:]:
+                entry = json.loads(line)
+                value = float(entry["val_loss"])
+                best = min(best, value)
+                trial.report(value, int(entry["epoch"]))
+                if client is not None:
+                    client.log_metric(run_id, "val_loss", value, step=int(entry["epoch"]))
+                    client.log_metric(run_id, "train_loss", float(entry["train_loss"]), step=int(entry["epoch"]))
+                seen += 1
+                trial.set_user_attr("epochs", seen)
+                if trial.should_prune():
+                    _stop(proc)
+                    _finish(client, run_id, "KILLED", {"optuna_state": "PRUNED", "epochs": str(seen)})
+                    raise optuna.TrialPruned(f"pruned after epoch {seen} (val_loss {value:.4f})")
+            if proc.poll() is not None and len(lines) == seen:
+                break
+            time.sleep(0.2)
+    except BaseException:
+        _stop(proc)
+        raise
+    finally:
+        log.close()
+    if proc.returncode != 0 or seen == 0:
+        tail = (out / "trainer.log").read_text(errors="replace")[-2000:]
+        trial.set_user_attr("error", f"trainer exited with code {proc.returncode}: {tail[-500:]}")
+        _finish(client, run_id, "FAILED", {"optuna_state": "FAIL"})
+        raise TrialFailed(f"trial {trial.number}: the trainer exited with code {proc.returncode}; "
+                          f"its log: {out / 'trainer.log'}")
+    _finish(client, run_id, "FINISHED", {"optuna_state": "COMPLETE", "epochs": str(seen)}, {"best_val_loss": best})
+    return best
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _finish(client, run_id, status: str, tags: dict[str, str], metrics: dict[str, float] | None = None) -> None:
+    if client is None or run_id is None:
+        return
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)
+    for k, v in (metrics or {}).items():
+        client.log_metric(run_id, k, v)
+    client.set_terminated(run_id, status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="one worker of a tuning study")
+    parser.add_argument("job", help="the study's job.json, written by the hyperparameters asset")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stops the running trial's trainer (finally)
+    run_worker(Job.read(Path(args.job)))
+
+
+if __name__ == "__main__":
+    main()
