@@ -68,6 +68,7 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
             "data_commit": tags.get("data_commit"), "data_commits": json.loads(tags.get("data_commits", "{}")),
             "code_version": tags.get("code_version"), "torch_version": tags.get("torch_version"),
             "world_size": tags.get("world_size"), "seed": (config or {}).get("seed", tags.get("seed")),
+            "hyperparameters_source": tags.get("hyperparameters_source"),
             "checkpoint_sha256": tags.get("checkpoint_sha256"), "checkpoint_uri": tags.get("checkpoint_uri"),
             "feature_state_sha256": tags.get("feature_state_sha256"),
             "training_config": config,
@@ -120,6 +121,7 @@ def render_markdown(a: dict[str, Any]) -> str:
             f"- world size {pins['world_size']}, seed {pins['seed']}, config: "
             + ", ".join(f"{k}={cfg[k]}" for k in ("family", "epochs", "batch_size", "learning_rate",
                                                   "hidden_sizes", "dropout") if k in cfg),
+            f"- hyperparameters from: {pins['hyperparameters_source'] or 'spec'}",
             f"- weights sha256 {pins['checkpoint_sha256']} ({pins['checkpoint_uri']})",
             f"- feature state sha256 {pins['feature_state_sha256']}",
             f"- rebuild: ml-assets reproduce {a['model']} --version {a['version']}", "",

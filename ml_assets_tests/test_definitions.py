@@ -50,7 +50,7 @@ def test_lineage_edges_follow_the_data_flow():
 
     assert parents("validated_snapshot") == {"raw_data"}
     assert parents("features") == {"validated_snapshot"}
-    assert parents("trained_checkpoint") == {"features"}
+    assert parents("trained_checkpoint") == {"features", "hyperparameters"}
     assert parents("evaluation_report") == {"trained_checkpoint", "features"}
     assert parents("registered_model") == {"trained_checkpoint", "evaluation_report"}
 
@@ -67,9 +67,9 @@ def test_second_spec_makes_a_second_independent_group(tmp_path, spec_dict):
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
     # production_model sits in its own group: "materialize the group for a day" never promotes.
     assert groups == {"flights_delay", "flights_delay_minutes", "flights_delay_production",
-                      "flights_delay_minutes_production"}
+                      "flights_delay_minutes_production", "flights_delay_tuning", "flights_delay_minutes_tuning"}
     second = [k for k in graph.get_all_asset_keys() if k.path[0] == "flights_delay_minutes"]
-    assert len(second) == len(STAGES) + 1
+    assert len(second) == len(STAGES) + 2  # + production_model and hyperparameters
     for key in second:
         assert all(p.path[0] == "flights_delay_minutes" for p in graph.get(key).parent_keys)
     # The promotion sensor runs by default only where the spec asks for automatic promotion.

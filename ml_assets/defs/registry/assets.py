@@ -68,6 +68,8 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             "feature_state_sha256": ckpt["feature_state_sha256"], "feature_state_uri": str(ckpt["feature_state_uri"]),
             "world_size": str(ckpt.get("world_size", "")), "seed": str(spec.training.seed),
             "torch_version": str(ckpt.get("torch_version", "")),
+            # Where the hyperparameters came from: the spec, or a tuning study's best trial.
+            "hyperparameters_source": str((ckpt.get("hyperparameters") or {}).get("source", "spec"))[:4000],
         }
         gate = report_tags(report, spec.promotion.primary_metric)
         run_id = training_run(client, experiment_id, f"{spec.name}-{day}", sha, {

@@ -36,7 +36,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=asset_key(spec, "trained_checkpoint"),
-        deps=[dg.AssetDep(features_key, partition_mapping=window_mapping)],
+        # hyperparameters: its latest best trial, when there is one, sets the defaults (lineage edge).
+        deps=[dg.AssetDep(features_key, partition_mapping=window_mapping), asset_key(spec, "hyperparameters")],
         group_name=spec.name,
         partitions_def=daily_partitions(spec),
         kinds={"pytorch"},
