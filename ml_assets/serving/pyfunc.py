@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,11 @@ CODE = Path(__file__).with_name("mlflow_model.py")
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# MLflow warns at class creation that predict has no type hints (they would switch on its own input
+# conversion); the signature saved with the model describes the input instead.
+warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method", category=UserWarning)
 
 
 class TabularModel(mlflow.pyfunc.PythonModel):
@@ -77,7 +83,6 @@ class TabularModel(mlflow.pyfunc.PythonModel):
 def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
     """Write an MLflow pyfunc model directory at ``path`` from the exported files."""
     import tempfile
-    import warnings
 
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
