@@ -29,16 +29,22 @@ class RegistryError(Exception):
     """A model, version or alias that does not exist, or model files that do not match their record."""
 
 
-def training_run(client: MlflowClient, experiment_id: str, run_name: str, checkpoint_sha: str,
-                 tags: dict[str, str]) -> str:
-    """The MLflow run of the training that produced ``checkpoint_sha``: found, or created once."""
-    found = client.search_runs([experiment_id], filter_string=f"tags.checkpoint_sha256 = '{checkpoint_sha}'",
+def keyed_run(client: MlflowClient, experiment_id: str, key: str, value: str, run_name: str,
+              tags: dict[str, str]) -> str:
+    """The MLflow run tagged ``key=value``: found, or created once (re-runs and retries reuse it)."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.{key} = '{value}'",
                                max_results=1, order_by=["attributes.start_time ASC"])
     if found:
         return found[0].info.run_id
     run = client.create_run(experiment_id, run_name=run_name, tags={
-        **tags, "checkpoint_sha256": checkpoint_sha, "mlflow.source.name": "ml_assets"})
+        **tags, key: value, "mlflow.source.name": "ml_assets"})
     return run.info.run_id
+
+
+def training_run(client: MlflowClient, experiment_id: str, run_name: str, checkpoint_sha: str,
+                 tags: dict[str, str]) -> str:
+    """The MLflow run of the training that produced ``checkpoint_sha``."""
+    return keyed_run(client, experiment_id, "checkpoint_sha256", checkpoint_sha, run_name, tags)
 
 
 def ensure_registered_model(client: MlflowClient, name: str, description: str, owner: str) -> None:

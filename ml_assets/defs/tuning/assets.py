@@ -83,10 +83,10 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
         workdir.mkdir(parents=True, exist_ok=True)
         client = tracking.client()
         experiment_id = tracking.experiment_id(spec.name)
-        from ml_assets.registry import training_run
+        from ml_assets.registry import keyed_run
 
-        parent = training_run(client, experiment_id, f"tuning {name}", f"study-{name}", {
-            "optuna_study": name, "ml_assets/stage": "tuning", "dagster_run_id": context.run_id,
+        parent = keyed_run(client, experiment_id, "tuning_study", name, f"tuning {name}", {
+            "ml_assets/stage": "tuning", "dagster_run_id": context.run_id,
             "dagster_run_url": dagster_run_url(context.run_id)})
         job = st.Job(
             model=spec.name, study_name=name, storage_url=tuning_store.storage_url,
