@@ -19,6 +19,7 @@ verified against the manifest before DCP reads it. The final export is safetenso
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import pickle
@@ -238,6 +239,8 @@ class CheckpointManager:
         try:
             self.wait()
         finally:
+            if self.mode == "process":
+                _stop_checkpoint_process()
             if self.group is not None:
                 dist.barrier(group=self.group)
                 dist.destroy_process_group(self.group)
@@ -384,6 +387,30 @@ def export_model(output_dir: str, weights: dict[str, torch.Tensor], meta: dict, 
             fh.write(data)
     return {"uri": f"{base}/model.safetensors", "sha256": weights_sha, "bytes": len(blob),
             "meta_uri": f"{base}/meta.json", "meta_sha256": hashlib.sha256(meta_bytes).hexdigest()}
+
+
+def _stop_checkpoint_process(timeout: float = 10.0) -> None:
+    """Stop DCP's background checkpoint process now, not at interpreter exit.
+
+    torch keeps it in a module global and stops it from ``__del__`` during shutdown, racing
+    multiprocessing's own exit handler, which joins daemon children without a timeout: a process
+    that used async "process" saves could finish its work and then never exit (seen in CI).
+    """
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    worker = executor._CHECKPOINT_PROCESS
+    if worker is None:
+        return
+    executor._CHECKPOINT_PROCESS = None
+    process = worker._save_process
+    if process.is_alive():
+        # A closed pipe means the process is already on its way out.
+        with contextlib.suppress(OSError, ValueError):
+            worker._send(executor._CheckpointSaveProcessControlOpts.TERMINATE)
+        process.join(timeout=timeout)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=timeout)
 
 
 @dataclass
