@@ -8,10 +8,9 @@ makes a second one), one model version per run, aliases ``challenger`` (the newe
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ml_assets.names import check_model_name
 
@@ -131,7 +130,3 @@ def load_version(client: MlflowClient, mv: ModelVersion) -> LoadedCheckpoint:
         return load_checkpoint(DataRef(uri=str(files["model.safetensors"]), sha256=mv.tags["checkpoint_sha256"]),
                                DataRef(uri=str(meta), sha256=hashlib.sha256(meta.read_bytes()).hexdigest()))
 
-
-def json_tag(mv: ModelVersion, key: str, default: Any = None) -> Any:
-    value = mv.tags.get(key)
-    return json.loads(value) if value else default
