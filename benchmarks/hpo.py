@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds x 1 trial of 2 epochs: checks it runs")
     args = parser.parse_args(argv)
-    seeds, trials, max_epochs, days = ([0, 1], 1, 2, 3) if args.quick else ([0, 1, 2], 27, 9, 8)
+    seeds, trials, max_epochs, days = ([0, 1], 1, 2, 3) if args.quick else ([0, 1, 2], 27, SPEC.tuning.max_epochs, 8)
     print(f"hpo: {len(seeds)} seeds x {trials} trials of up to {max_epochs} epochs, {days} training days; "
           f"pruner {SPEC.tuning.pruner.kind} (min_resource {SPEC.tuning.pruner.min_resource}, reduction "
           f"{SPEC.tuning.pruner.reduction_factor}) vs none", flush=True)

@@ -171,7 +171,7 @@ def version_store(settings: Settings):
         return LakeFSVersionStore(*(os.environ[name] for name in LAKEFS_VARIABLES))
     from ml_assets.versioning import LocalVersionStore
 
-    return LocalVersionStore(settings.version_store_root)
+    return LocalVersionStore(settings.version_store_root, objects_url=settings.objects_url)
 
 
 def lineage(model: str, version: str | None, alias: str | None, partition: str | None, as_json: bool) -> int:
@@ -345,9 +345,14 @@ def reproduce(model: str, version: str, workdir: str | None) -> int:
 
 def paths() -> int:
     settings = load_settings()
-    for name in ("home", "dagster_home", "version_store_root", "artifacts_root", "checkpoints_root", "mlflow_dir"):
+    from ml_assets.settings import public_url
+
+    print(f"{'environment':20} {settings.environment}")
+    for name in ("home", "dagster_home", "version_store_root", "artifacts_location", "checkpoints_location"):
         print(f"{name:20} {getattr(settings, name)}")
-    print(f"{'mlflow_tracking_uri':20} {settings.mlflow_tracking_uri}")
+    if settings.objects_url:
+        print(f"{'objects_url':20} {settings.objects_url}")
+    print(f"{'mlflow_tracking_uri':20} {public_url(settings.mlflow_tracking_uri)}")
     return 0
 
 
@@ -386,7 +391,17 @@ def main(argv: list[str] | None = None) -> None:
     rep.add_argument("--version", required=True)
     rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
     sub.add_parser("paths", help="print where the local home keeps everything")
+    server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, default=5000)
+    server.add_argument("--workers", type=int, default=2)
+    server.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts",
+                        help="another host:port clients reach the server by (repeatable)")
     args = parser.parse_args(argv)
+    if args.command == "mlflow-server":
+        from ml_assets.services import run_mlflow_server
+
+        sys.exit(run_mlflow_server(args.host, args.port, args.workers, args.allowed_hosts))
     if args.command in ("promote", "rollback"):
         sys.exit(move_champion(args.command, args.model, getattr(args, "version", None), args.reason))
     if args.command == "audit":

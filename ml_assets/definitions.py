@@ -5,6 +5,7 @@ import os
 import dagster as dg
 
 from ml_assets.defs import build_model_defs
+from ml_assets.defs.alerts import build_failure_alert_sensor
 from ml_assets.resources import (
     ArtifactStoreResource,
     CheckpointStoreResource,
@@ -15,7 +16,7 @@ from ml_assets.resources import (
     TuningResource,
     VersionStoreResource,
 )
-from ml_assets.settings import LAKEFS_VARIABLES, Settings, load_settings
+from ml_assets.settings import LAKEFS_VARIABLES, Settings, load_settings, public_url
 from ml_assets.spec import load_specs
 
 
@@ -25,17 +26,25 @@ def version_store_resource(settings: Settings) -> VersionStoreResource:
         return LakeFSVersionStoreResource(
             endpoint=endpoint, access_key_id=key, secret_access_key=secret, storage_namespace=namespace
         )
-    return LocalVersionStoreResource(root=str(settings.version_store_root))
+    return LocalVersionStoreResource(root=str(settings.version_store_root), objects_url=settings.objects_url)
+
+
+def tracking_resource(settings: Settings) -> MlflowTrackingResource:
+    if settings.production:
+        # The server owns the artifact store (--artifacts-destination) and proxies uploads, so no
+        # process but the server needs S3 credentials for MLflow; the URL may carry a password.
+        return MlflowTrackingResource(tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI"), artifact_root="",
+                                      ui_url=public_url(settings.mlflow_tracking_uri))
+    return MlflowTrackingResource(tracking_uri=settings.mlflow_tracking_uri,
+                                  artifact_root=str(settings.mlflow_artifact_root))
 
 
 def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
     return {
         "version_store": version_store_resource(settings),
-        "artifacts": ArtifactStoreResource(root=str(settings.artifacts_root)),
-        "checkpoints": CheckpointStoreResource(root=str(settings.checkpoints_root)),
-        "tracking": MlflowTrackingResource(
-            tracking_uri=settings.mlflow_tracking_uri, artifact_root=str(settings.mlflow_artifact_root)
-        ),
+        "artifacts": ArtifactStoreResource(root=settings.artifacts_location),
+        "checkpoints": CheckpointStoreResource(root=settings.checkpoints_location),
+        "tracking": tracking_resource(settings),
         "launcher": TorchrunLauncher(),
         "tuning_store": TuningResource(
             # A PostgreSQL URL carries a password: it stays in the environment, never in config.
@@ -49,8 +58,16 @@ def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or load_settings()
     models = [build_model_defs(spec) for spec in load_specs(settings.models_dir)]
-    # In-process locally: one process per run (definitions load once) and the cores stay free for
-    # the torchrun ranks the training step starts.
-    return dg.Definitions.merge(
-        *models, dg.Definitions(resources=local_resources(settings), executor=dg.in_process_executor)
-    )
+    if settings.production:
+        # One process per step, so the `gpu` pool, step retries and a crash act per step; the limit
+        # keeps a run from starting more steps than the machine has cores for. Steps fork from a
+        # server that imported ml_assets once per run, instead of each spawning and importing it.
+        executor = dg.multiprocess_executor.configured(
+            {"max_concurrent": settings.max_concurrent_steps, "start_method": {"forkserver": {}}})
+        shared = dg.Definitions(resources=local_resources(settings), executor=executor,
+                                sensors=[build_failure_alert_sensor(settings)])
+    else:
+        # In-process locally: one process per run (definitions load once) and the cores stay free
+        # for the torchrun ranks the training step starts.
+        shared = dg.Definitions(resources=local_resources(settings), executor=dg.in_process_executor)
+    return dg.Definitions.merge(*models, shared)

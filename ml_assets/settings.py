@@ -2,8 +2,17 @@
 
 Read from the environment when definitions are built (never at import time):
 
-- ``ML_ASSETS_ENV``: ``local`` (default; embedded, no server, no network). ``k8s`` is reserved for
-  the production configuration and refused until it exists.
+- ``ML_ASSETS_ENV``: ``local`` (default; embedded, no server, no network) or ``production`` (the
+  services of docs/deployment.md: Dagster on PostgreSQL, an MLflow server, S3). ``k8s`` is reserved
+  for the Kubernetes configuration and refused until it exists.
+- Production only, all required (a missing one is named when definitions load):
+  ``MLFLOW_TRACKING_URI`` (the MLflow server, ``http://host:port``), ``ML_ASSETS_ARTIFACTS_URL`` and
+  ``ML_ASSETS_CHECKPOINTS_URL`` (fsspec URLs, ``s3://bucket/prefix``). Optional:
+  ``ML_ASSETS_OBJECTS_URL`` (the embedded version store's objects, when lakeFS is not used),
+  ``ML_ASSETS_MAX_CONCURRENT_STEPS`` (the multiprocess executor's limit, default 4),
+  ``ML_ASSETS_ALERT_WEBHOOK_URL`` (run-failure alerts; read at each tick, never stored) and
+  ``ML_ASSETS_ALERT_INTERVAL_SECONDS`` (how often the alert sensor looks, default 30). The Dagster instance itself is configured by
+  ``$DAGSTER_HOME/dagster.yaml`` (``deploy/production/dagster.yaml``).
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the checkout, or in the working directory when the package is installed elsewhere).
 - ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``).
@@ -24,7 +33,8 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
-ENVIRONMENTS = ("local",)
+ENVIRONMENTS = ("local", "production")
+PRODUCTION_REQUIRED = ("MLFLOW_TRACKING_URI", "ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")
 VERSION_STORES = ("local", "lakefs")
 LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
@@ -41,6 +51,25 @@ class Settings:
     home: Path
     models_dir: Path
     version_store: str = "local"
+    # Production: service locations from the environment (None locally: everything under the home).
+    tracking_uri: str | None = None
+    artifacts_url: str | None = None
+    checkpoints_url: str | None = None
+    objects_url: str | None = None
+    max_concurrent_steps: int = 4
+    alert_interval_seconds: int = 30
+
+    @property
+    def production(self) -> bool:
+        return self.environment == "production"
+
+    @property
+    def artifacts_location(self) -> str:
+        return self.artifacts_url or str(self.artifacts_root)
+
+    @property
+    def checkpoints_location(self) -> str:
+        return self.checkpoints_url or str(self.checkpoints_root)
 
     @property
     def dagster_home(self) -> Path:
@@ -64,6 +93,8 @@ class Settings:
 
     @property
     def mlflow_tracking_uri(self) -> str:
+        if self.tracking_uri:
+            return self.tracking_uri
         return f"sqlite:///{self.mlflow_dir / 'mlflow.db'}"
 
     @property
@@ -79,17 +110,53 @@ class Settings:
         return f"sqlite:///{self.tuning_dir / 'optuna.db'}"
 
 
+def public_url(url: str) -> str:
+    """``url`` without user:password, for links shown in the UI and in alerts."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=host))
+
+
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     environment = env.get("ML_ASSETS_ENV", "local").strip() or "local"
     if environment not in ENVIRONMENTS:
         raise ValueError(
             f"ML_ASSETS_ENV={environment!r} is not supported; expected one of {list(ENVIRONMENTS)}. "
-            "The k8s/production configuration is not built yet (see docs/architecture.md)."
+            "The k8s configuration is not built yet (see docs/deployment.md)."
         )
     home = Path(env.get("ML_ASSETS_HOME") or _default_home()).expanduser().resolve()
     models_dir = Path(env.get("ML_ASSETS_MODELS_DIR") or BUNDLED_MODELS_DIR).expanduser().resolve()
     version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
     if version_store not in VERSION_STORES:
         raise ValueError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
-    return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store)
+    if environment != "production":
+        return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store)
+    missing = [name for name in PRODUCTION_REQUIRED if not env.get(name, "").strip()]
+    if missing:
+        raise ValueError(f"ML_ASSETS_ENV=production needs {', '.join(missing)} in the environment "
+                         "(see docs/deployment.md)")
+    tracking = env["MLFLOW_TRACKING_URI"].strip()
+    if not tracking.startswith(("http://", "https://")):
+        raise ValueError(f"MLFLOW_TRACKING_URI={public_url(tracking)!r}: production expects the MLflow server's "
+                         "http(s):// address (see docs/deployment.md)")
+    urls = {name: env[name].strip().rstrip("/") for name in ("ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")}
+    for name, url in urls.items():
+        if "://" not in url:
+            raise ValueError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
+    counts = {}
+    for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):
+        value = env.get(name, default).strip() or default
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{name}={value!r} is not a positive integer")
+        counts[name] = int(value)
+    return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
+                    tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
+                    checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
+                    objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,
+                    max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
+                    alert_interval_seconds=counts["ML_ASSETS_ALERT_INTERVAL_SECONDS"])

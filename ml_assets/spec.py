@@ -466,6 +466,8 @@ class TrainingSpec(_Strict):
     processes_per_node: int = Field(default=2, ge=1, le=64)
     max_restarts: int = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
     retries: int = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")
+    max_runtime_minutes: int = Field(default=360, ge=1, le=7 * 24 * 60, description=(
+        "a run that trains is cancelled and failed by run monitoring after this long (dagster/max_runtime)"))
     report_every_steps: PositiveInt = 50
     checkpoint: CheckpointSpec = CheckpointSpec()
     loader: LoaderSpec = LoaderSpec()

@@ -2,7 +2,11 @@
 
 import dagster as dg
 
-from ml_assets.defs.automation.schedules import build_daily_job, build_daily_schedule
+from ml_assets.defs.automation.schedules import (
+    build_daily_job,
+    build_daily_schedule,
+    build_ingest_job,
+)
 from ml_assets.defs.evaluation.assets import build_evaluation_report
 from ml_assets.defs.features.assets import build_features_asset
 from ml_assets.defs.promotion.assets import (
@@ -34,10 +38,11 @@ BUILDERS = (
 def build_model_defs(spec: ModelSpec) -> dg.Definitions:
     assets = [build(spec) for build in BUILDERS]
     job = build_daily_job(spec, assets)
+    ingest = build_ingest_job(spec, assets[:3])
     production = build_production_model(spec)
     promote = build_promotion_job(spec, production)
     tuning = build_hyperparameters(spec)
     tune = build_tuning_job(spec, tuning)
-    return dg.Definitions(assets=[*assets, production, tuning], jobs=[job, promote, tune],
+    return dg.Definitions(assets=[*assets, production, tuning], jobs=[job, ingest, promote, tune],
                           schedules=[build_daily_schedule(job), build_tuning_schedule(tune)],
                           sensors=[build_promotion_sensor(spec, promote)])

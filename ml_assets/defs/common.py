@@ -18,6 +18,10 @@ from ml_assets.names import check_partition_key
 from ml_assets.settings import PACKAGE_DIR
 from ml_assets.spec import ModelSpec
 
+# The concurrency pool of steps that train (trained_checkpoint, hyperparameters): its limit is the
+# number of trainings that may hold the machine's (or cluster's) GPUs at once.
+GPU_POOL = "gpu"
+
 STAGES = ("raw_data", "validated_snapshot", "features", "trained_checkpoint", "evaluation_report", "registered_model")
 
 

@@ -13,6 +13,7 @@ class MlflowTrackingResource(dg.ConfigurableResource):
     """MLflow tracking and registry. Runs are tagged with the Dagster run id, as dagster-mlflow does."""
 
     tracking_uri: str
+    # Empty with an MLflow server that serves artifacts: the server's --artifacts-destination decides.
     artifact_root: str
     ui_url: str = "http://127.0.0.1:5000"
 
@@ -33,11 +34,13 @@ class MlflowTrackingResource(dg.ConfigurableResource):
         experiment = client.get_experiment_by_name(name)
         if experiment is not None:
             return experiment.experiment_id
-        # Without an explicit location MLflow would put artifacts in ./mlruns of whatever cwd.
-        location = self.artifact_root.rstrip("/") + f"/{name}"
-        if "://" not in location:
-            Path(location).mkdir(parents=True, exist_ok=True)
-            location = Path(location).resolve().as_uri()
+        # Without an explicit location a local store would put artifacts in ./mlruns of whatever cwd.
+        location = None
+        if self.artifact_root:
+            location = self.artifact_root.rstrip("/") + f"/{name}"
+            if "://" not in location:
+                Path(location).mkdir(parents=True, exist_ok=True)
+                location = Path(location).resolve().as_uri()
         try:
             return client.create_experiment(name, artifact_location=location)
         except MlflowException:

@@ -4,13 +4,36 @@ import dagster as dg
 
 from ml_assets.spec import ModelSpec
 
+# Run tags the production instance's queue acts on (deploy/production/dagster.yaml): runs that
+# train carry their team in TRAINING_TEAM_TAG, limited per team, so teams share the GPUs fairly.
+TRAINING_TEAM_TAG = "ml_assets/training_team"
+MAX_RUNTIME_TAG = "dagster/max_runtime"  # seconds; run monitoring cancels and fails a longer run
+
+
+def job_tags(spec: ModelSpec, trains: bool) -> dict[str, str]:
+    tags = {"ml_assets/model": spec.name, "team": spec.owner}
+    if trains:
+        tags[TRAINING_TEAM_TAG] = spec.owner
+        tags[MAX_RUNTIME_TAG] = str(spec.training.max_runtime_minutes * 60)
+    return tags
+
 
 def build_daily_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
     return dg.define_asset_job(
         name=f"{spec.name}_daily",
         selection=dg.AssetSelection.assets(*assets),
         description=f"Ingest, validate, featurize, train, evaluate and register {spec.name} for one day.",
-        tags={"ml_assets/model": spec.name, "team": spec.owner},
+        tags=job_tags(spec, trains=True),
+    )
+
+
+def build_ingest_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
+    """raw_data -> validated_snapshot -> features: what a backfill of history runs, without training."""
+    return dg.define_asset_job(
+        name=f"{spec.name}_ingest",
+        selection=dg.AssetSelection.assets(*assets),
+        description=f"Ingest, validate and featurize {spec.name} for one day (backfills of history).",
+        tags=job_tags(spec, trains=False),
     )
 
 

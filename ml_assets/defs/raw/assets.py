@@ -45,6 +45,11 @@ def build_raw_data(spec: ModelSpec) -> dg.AssetsDefinition:
         store, repo = version_store.get_store(), spec.repository
         store.ensure_repository(repo)
         branch = ingest_branch(spec.name, day.isoformat(), context.run_id)
+        if branch in store.list_branches(repo):
+            # An earlier attempt of this run (a step retry, or a run resumed after its worker died)
+            # left its branch: it never reached main, so start it again from main.
+            context.log.info(f"raw_data {day}: branch {branch} left by an earlier attempt of this run; recreating it")
+            store.delete_branch(repo, branch)
         store.create_branch(repo, branch, "main")
         objects = []
         for name, path in paths.object_paths(spec, day).items():

@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from ml_assets.defs.common import (
+    GPU_POOL,
     asset_key,
     code_version,
     daily_partitions,
@@ -43,6 +44,7 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         kinds={"pytorch"},
         code_version=version,
         tags={"ml_assets/stage": "training"},
+        pool=GPU_POOL,  # the production instance limits how many training steps run at once
         # Only a preemption (checkpoint written, TrainingPreempted) is retried: the retry resumes.
         retry_policy=dg.RetryPolicy(max_retries=spec.training.retries, delay=1) if spec.training.retries else None,
         description=(f"{spec.name} weights trained with torchrun DDP on the {width - 1} feature days before the "

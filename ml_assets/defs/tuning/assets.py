@@ -7,7 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from ml_assets.defs.common import asset_key, code_version, dagster_run_url
+from ml_assets.defs.automation.schedules import TRAINING_TEAM_TAG, job_tags
+from ml_assets.defs.common import GPU_POOL, asset_key, code_version, dagster_run_url
 from ml_assets.defs.training.assets import train_config
 from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource, TuningResource
 from ml_assets.spec import ModelSpec
@@ -43,6 +44,7 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
         kinds={"optuna", "mlflow"},
         code_version=version,
         tags={"ml_assets/stage": "tuning"},
+        pool=GPU_POOL,
         description=(f"An Optuna study of {spec.name} ({tuning.trials} trials, TPE, {tuning.pruner.kind} pruning) "
                      "on the newest window of features; its best parameters become the training defaults."),
     )
@@ -185,7 +187,7 @@ def _plots(study, out: Path) -> tuple[list[str], dict[str, float]]:
 def build_tuning_job(spec: ModelSpec, asset: dg.AssetsDefinition) -> dg.JobDefinition:
     return dg.define_asset_job(name=f"{spec.name}_tune", selection=dg.AssetSelection.assets(asset),
                                description=f"Run (or continue) {spec.name}'s hyperparameter study.",
-                               tags={"ml_assets/model": spec.name, "team": spec.owner})
+                               tags={**job_tags(spec, trains=False), TRAINING_TEAM_TAG: spec.owner})
 
 
 def build_tuning_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:

@@ -1,0 +1,250 @@
+"""Production mode for real: PostgreSQL (ML_ASSETS_TEST_POSTGRES_URL), moto's S3 server, an MLflow
+server, the Dagster daemon and webserver, each a real process on loopback.
+
+Without ML_ASSETS_TEST_POSTGRES_URL the tests that need them are skipped with that reason (`make test`
+on a machine without PostgreSQL); `.ci/run` sets it for the machines' local PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ml_assets.alerts import WEBHOOK_VARIABLE
+from ml_assets_tests.conftest import VENV_BIN, cli_env, small_training, write_spec
+
+REPO = Path(__file__).resolve().parents[2]
+POSTGRES = os.environ.get("ML_ASSETS_TEST_POSTGRES_URL")
+needs_postgres = pytest.mark.skipif(
+    not POSTGRES, reason="ML_ASSETS_TEST_POSTGRES_URL is not set (.ci/run sets it for the local PostgreSQL)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Webhook:
+    """A small HTTP receiver on loopback that keeps every JSON body posted to it."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        self.fail_next = 0  # answer this many requests with HTTP 503
+        received, owner = self.received, self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if owner.fail_next > 0:
+                    owner.fail_next -= 1
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                received.append(json.loads(body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/ml-assets"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+def _admin_url(database: str | None = None, driver: str = "") -> str:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(POSTGRES)
+    url = url.set(drivername="postgresql" + (f"+{driver}" if driver else ""))
+    if database:
+        url = url.set(database=database)
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator:
+    """A factory of fresh databases on the test server, dropped at the end of the session."""
+    import psycopg
+
+    created: list[str] = []
+
+    def make(prefix: str) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(_admin_url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        created.append(name)
+        return name
+
+    yield make
+    with psycopg.connect(_admin_url(), autocommit=True) as conn:
+        for name in created:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def dagster_yaml(postgres_env: str = "ML_ASSETS_DAGSTER_POSTGRES_URL", poll_seconds: int = 2) -> str:
+    """deploy/production/dagster.yaml as shipped, with run monitoring polling every few seconds."""
+    config = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    assert config["storage"]["postgres"]["postgres_url"] == {"env": postgres_env}
+    config["run_monitoring"].update(poll_interval_seconds=poll_seconds, start_timeout_seconds=120,
+                                    cancel_timeout_seconds=60)
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@dataclass
+class Services:
+    home: Path
+    env: dict[str, str]
+    alerts: Webhook
+    mlflow_url: str
+    webserver_port: int
+    s3_endpoint: str
+    logs: Path
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def start(self, name: str, args: list[str], **extra_env: str) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (kept open for the process's life)
+        proc = subprocess.Popen(args, env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True)
+        self.processes.append(proc)
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def instance(self):
+        """The same instance from this process (its dagster.yaml reads the URL from the environment)."""
+        from dagster import DagsterInstance
+
+        os.environ["ML_ASSETS_DAGSTER_POSTGRES_URL"] = self.env["ML_ASSETS_DAGSTER_POSTGRES_URL"]
+        return DagsterInstance.from_config(str(self.home / "dagster"))
+
+    def graphql(self):
+        from dagster_graphql import DagsterGraphQLClient
+
+        return DagsterGraphQLClient("127.0.0.1", port_number=self.webserver_port, timeout=60)
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict) -> Iterator[Services]:
+    """The production configuration on loopback: PostgreSQL databases for Dagster and MLflow, S3
+    buckets on moto, `ml-assets mlflow-server`, `dagster-daemon run` and `dagster-webserver`."""
+    import copy
+
+    import boto3
+
+    if not POSTGRES:
+        pytest.skip("ML_ASSETS_TEST_POSTGRES_URL is not set (.ci/run sets it for the local PostgreSQL)")
+    root = tmp_path_factory.mktemp("production")
+    home, logs = root / "home", root / "logs"
+    (home / "dagster").mkdir(parents=True)
+    logs.mkdir()
+    (home / "dagster" / "dagster.yaml").write_text(dagster_yaml())
+    spec = small_training(copy.deepcopy(bundled_spec_dict))
+    write_spec(root / "models", spec)
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    for bucket in ("ml-assets", "mlflow"):
+        s3.create_bucket(Bucket=bucket)
+    dagster_db, mlflow_db = postgres_database("dagster"), postgres_database("mlflow")
+    mlflow_port, webserver_port = free_port(), free_port()
+    env = cli_env(
+        ML_ASSETS_ENV="production", ML_ASSETS_HOME=str(home), DAGSTER_HOME=str(home / "dagster"),
+        ML_ASSETS_MODELS_DIR=str(root / "models"),
+        ML_ASSETS_DAGSTER_POSTGRES_URL=_admin_url(dagster_db, driver="psycopg2"),
+        MLFLOW_BACKEND_STORE_URI=_admin_url(mlflow_db, driver="psycopg"),
+        MLFLOW_ARTIFACTS_DESTINATION="s3://mlflow/artifacts",
+        MLFLOW_TRACKING_URI=f"http://127.0.0.1:{mlflow_port}",
+        MLFLOW_S3_ENDPOINT_URL=s3_endpoint, AWS_ENDPOINT_URL=s3_endpoint,
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+        ML_ASSETS_ARTIFACTS_URL="s3://ml-assets/artifacts", ML_ASSETS_CHECKPOINTS_URL="s3://ml-assets/checkpoints",
+        ML_ASSETS_OBJECTS_URL="s3://ml-assets/objects", ML_ASSETS_MAX_CONCURRENT_STEPS="2",
+        ML_ASSETS_DAGSTER_URL=f"http://127.0.0.1:{webserver_port}", ML_ASSETS_ALERT_INTERVAL_SECONDS="2",
+        MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DAGSTER_DISABLE_TELEMETRY="true",
+    )
+    hook = Webhook()
+    env[WEBHOOK_VARIABLE] = hook.url
+    svc = Services(home=home, env=env, alerts=hook, mlflow_url=env["MLFLOW_TRACKING_URI"], webserver_port=webserver_port,
+                   s3_endpoint=s3_endpoint, logs=logs)
+    try:
+        # The instance's schema first: the daemon and webserver would race to create it.
+        subprocess.run([str(VENV_BIN / "dagster"), "instance", "migrate"], env=env, cwd=REPO, check=True,
+                       capture_output=True)
+        svc.start("mlflow", [str(VENV_BIN / "ml-assets"), "mlflow-server", "--port", str(mlflow_port), "--workers", "1"])
+        svc.start("daemon", [str(VENV_BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+        svc.start("webserver", [str(VENV_BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
+                                "-p", str(webserver_port)])
+        wait_for(lambda: _http_ok(f"{svc.mlflow_url}/health"), 120, "the MLflow server")
+        wait_for(lambda: _http_ok(f"http://127.0.0.1:{webserver_port}/server_info"), 120, "the Dagster webserver")
+        yield svc
+    finally:
+        for proc in svc.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 15)
+        for proc in svc.processes:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+        # Run workers the launcher started live in their own sessions: stop any still running.
+        kill_run_workers(svc)
+        hook.close()
+        os.environ.pop("ML_ASSETS_DAGSTER_POSTGRES_URL", None)
+
+
+def kill_run_workers(svc: Services) -> None:
+    import contextlib
+    import signal
+
+    from ml_assets.launcher import PID_TAG
+
+    with contextlib.suppress(Exception), svc.instance() as instance:
+        for run in instance.get_runs():
+            if PID_TAG in run.tags:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(run.tags[PID_TAG]), signal.SIGKILL)

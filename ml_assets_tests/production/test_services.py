@@ -1,0 +1,160 @@
+"""The production configuration running for real on loopback (see conftest.py): PostgreSQL-backed
+Dagster with its daemon and webserver, the MLflow server on PostgreSQL + S3, artifacts and
+checkpoints on S3. The tests share one set of services and run in file order."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+
+import pytest
+
+from ml_assets_tests.production.conftest import needs_postgres, wait_for
+
+pytestmark = [needs_postgres, pytest.mark.e2e]
+
+MODEL = "flights_delay"
+FIRST = dt.date(2013, 1, 1)
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def statuses(instance, run_ids: list[str]) -> dict[str, str]:
+    return {run_id: instance.get_run_by_id(run_id).status.value for run_id in run_ids}
+
+
+def wait_runs(services, run_ids: list[str], timeout: float) -> dict[str, str]:
+    with services.instance() as instance:
+        return wait_for(lambda: (s := statuses(instance, run_ids)) and all(v in TERMINAL for v in s.values()) and s,
+                        timeout, f"runs {run_ids} to finish", interval=1)
+
+
+def main_commits(services) -> dict[str, str]:
+    """Partition -> commit of every validated snapshot merged to main of the version store."""
+    from ml_assets.names import repo_for_model
+    from ml_assets.versioning import LocalVersionStore
+
+    store = LocalVersionStore(services.home / "versions", objects_url=services.env["ML_ASSETS_OBJECTS_URL"])
+    found = {}
+    for commit in store.log(repo_for_model(MODEL), "main"):
+        if "checks_passed" in commit.metadata:  # the merge validated_snapshot makes after its checks
+            found.setdefault(commit.metadata["partition"], commit.id)
+    return found
+
+
+def worker_pid(instance, run_id: str) -> int | None:
+    from ml_assets.launcher import PID_TAG
+
+    run = instance.get_run_by_id(run_id)
+    return int(run.tags[PID_TAG]) if PID_TAG in run.tags else None
+
+
+def step_started(instance, run_id: str, step: str) -> bool:
+    from dagster import DagsterEventType
+
+    return any(e.dagster_event.step_key == step for e in instance.all_logs(run_id, of_type=DagsterEventType.STEP_START))
+
+
+def test_eight_partition_runs_at_once_through_the_queue(services):
+    """Eight ingest runs submitted together through the GraphQL API: the daemon's queue launches them,
+    each a run worker with the multiprocess executor, all on one PostgreSQL instance."""
+    from dagster import DagsterEventType
+
+    client = services.graphql()
+    days = [(FIRST + dt.timedelta(days=i)).isoformat() for i in range(8)]
+    run_ids = [client.submit_job_execution(f"{MODEL}_ingest", tags={"dagster/partition": day}) for day in days]
+    final = wait_runs(services, run_ids, timeout=600)
+    assert set(final.values()) == {"SUCCESS"}, final
+    with services.instance() as instance:
+        for run_id, day in zip(run_ids, days, strict=True):
+            events = [e.dagster_event.event_type for e in instance.all_logs(run_id) if e.dagster_event]
+            assert events.count(DagsterEventType.STEP_SUCCESS) == 3, (day, events)
+            assert events.count(DagsterEventType.ASSET_MATERIALIZATION) == 3, (day, events)
+            assert DagsterEventType.RUN_SUCCESS in events and DagsterEventType.RUN_FAILURE not in events
+            assert instance.get_run_by_id(run_id).tags["ml_assets/model"] == MODEL
+    on_main = main_commits(services)
+    assert set(days) <= set(on_main), sorted(on_main)
+    for name in ("daemon", "webserver"):
+        log = services.log(name)
+        assert "database is locked" not in log and "OperationalError" not in log, log[-3000:]
+
+
+def test_a_run_worker_killed_mid_run_is_detected_and_the_run_resumed(services):
+    """SIGKILL the run worker while a step runs: run monitoring sees the dead worker within a few
+    polls and resumes the run with a new worker, which finishes it; nothing stays STARTED."""
+    from dagster import DagsterEventType
+
+    day = (FIRST + dt.timedelta(days=8)).isoformat()
+    run_id = services.graphql().submit_job_execution(f"{MODEL}_ingest", tags={"dagster/partition": day})
+    with services.instance() as instance:
+        wait_for(lambda: step_started(instance, run_id, f"{MODEL}__raw_data"), 120, "the first step to start")
+        pid = worker_pid(instance, run_id)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(lambda: any("Resum" in (e.message or "") for e in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)),
+                 60, "run monitoring to resume the run")
+        detected = time.monotonic() - killed
+    final = wait_runs(services, [run_id], timeout=300)
+    assert final[run_id] == "SUCCESS", services.log("daemon")[-3000:]
+    with services.instance() as instance:
+        assert worker_pid(instance, run_id) != pid
+    assert day in main_commits(services)
+    assert detected < 30, f"the dead worker was noticed only after {detected:.0f} s"
+
+
+def test_a_run_past_its_max_runtime_is_cancelled_failed_and_alerted(services):
+    """dagster/max_runtime: run monitoring terminates the run and marks it failed; the alert sensor
+    posts one message naming model, partition, stage and reason, with the run's link."""
+    day = (FIRST + dt.timedelta(days=9)).isoformat()
+    run_id = services.graphql().submit_job_execution(
+        f"{MODEL}_ingest", tags={"dagster/partition": day, "dagster/max_runtime": "3"})
+    final = wait_runs(services, [run_id], timeout=180)
+    assert final[run_id] == "FAILURE", final
+    with services.instance() as instance:
+        messages = [e.message or "" for e in instance.all_logs(run_id)]
+    assert any("maximum runtime of 3 seconds" in m for m in messages), messages[-10:]
+    alert = wait_for(lambda: next((m for m in services.alerts.received
+                                   if any(a["run_id"] == run_id for a in m["alerts"])), None),
+                     90, "the failure alert")
+    assert alert["kind"] == "run_failure"
+    (entry,) = alert["alerts"]
+    assert entry["model"] == MODEL and entry["partition"] == day
+    assert entry["url"].endswith(f"/runs/{run_id}") and entry["url"].startswith("http://127.0.0.1:")
+    assert "maximum runtime" in entry["reason"] or entry["stage"] != "run", entry
+    assert day not in main_commits(services)  # a cancelled run publishes nothing
+
+
+def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(services, monkeypatch):
+    """The daily job (raw -> registered model) for two partitions at once: Dagster on PostgreSQL,
+    MLflow's server on PostgreSQL with its artifacts in S3, features and checkpoints in S3."""
+    import boto3
+    from mlflow.tracking import MlflowClient
+
+    days = [(FIRST + dt.timedelta(days=i)).isoformat() for i in (8, 9)]  # features of the days before exist
+    client = services.graphql()
+    run_ids = [client.submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day}) for day in days]
+    final = wait_runs(services, run_ids, timeout=900)
+    assert set(final.values()) == {"SUCCESS"}, (final, services.log("daemon")[-2000:])
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)  # only boto3 below gets S3 credentials
+    registry = MlflowClient(tracking_uri=services.mlflow_url, registry_uri=services.mlflow_url)
+    versions = registry.search_model_versions(f"name = '{MODEL}'")
+    assert sorted(v.tags["partition"] for v in versions) == days
+    s3 = boto3.client("s3", endpoint_url=services.s3_endpoint, aws_access_key_id="testing",
+                      aws_secret_access_key="testing", region_name="us-east-1")
+
+    def keys(bucket: str, prefix: str) -> list[str]:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    mlflow_objects = keys("mlflow", "artifacts/")
+    for version in versions:  # each version's files are in S3 behind the server
+        assert any(version.run_id in key for key in mlflow_objects), version
+    for day in days:
+        assert keys("ml-assets", f"checkpoints/{MODEL}/date={day}/"), day
+        assert keys("ml-assets", f"artifacts/{MODEL}/features/date={day}/"), day
+    # The registered model's files come back through the server (the client has no S3 access of its own).
+    local = registry.download_artifacts(versions[0].run_id, "model", dst_path=str(services.home / "download"))
+    assert os.path.exists(os.path.join(local, "MLmodel"))

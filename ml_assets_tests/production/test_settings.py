@@ -1,0 +1,111 @@
+"""The production switch without services: what it requires, what it builds, and the instance
+configuration it ships (the services themselves are exercised in test_services.py)."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
+from ml_assets.defs.common import GPU_POOL
+from ml_assets.launcher import process_start_ticks
+from ml_assets.settings import load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCTION = {"ML_ASSETS_ENV": "production", "MLFLOW_TRACKING_URI": "https://ml:s3cret@mlflow.internal",
+              "ML_ASSETS_ARTIFACTS_URL": "s3://bucket/artifacts/", "ML_ASSETS_CHECKPOINTS_URL": "s3://bucket/ckpt"}
+
+
+def test_production_names_every_missing_variable():
+    with pytest.raises(ValueError, match="needs MLFLOW_TRACKING_URI, ML_ASSETS_ARTIFACTS_URL, ML_ASSETS_CHECKPOINTS_URL"):
+        load_settings({"ML_ASSETS_ENV": "production"})
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("MLFLOW_TRACKING_URI", "sqlite:///x.db", "expects the MLflow server's http"),
+    ("ML_ASSETS_ARTIFACTS_URL", "/var/lib/artifacts", "expects an object-store URL"),
+    ("ML_ASSETS_MAX_CONCURRENT_STEPS", "0", "is not a positive integer"),
+    ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "soon", "is not a positive integer"),
+])
+def test_production_refuses_bad_values(name, value, message):
+    with pytest.raises(ValueError, match=message):
+        load_settings({**PRODUCTION, name: value})
+
+
+def test_a_password_in_the_tracking_uri_is_never_shown():
+    with pytest.raises(ValueError) as raised:
+        load_settings({**PRODUCTION, "MLFLOW_TRACKING_URI": "ftp://ml:s3cret@mlflow.internal"})
+    assert "s3cret" not in str(raised.value)
+    settings = load_settings(PRODUCTION)
+    assert settings.artifacts_location == "s3://bucket/artifacts" and settings.checkpoints_location == "s3://bucket/ckpt"
+
+
+def test_production_definitions(monkeypatch):
+    """Built in a fresh process (definitions are cached per process): executor, sensor, pools, tags."""
+    code = """
+import json
+from ml_assets.definitions import build_definitions
+defs = build_definitions()
+repo = defs.get_repository_def()
+daily = repo.get_job("flights_delay_daily")
+ckpt = next(a for a in repo.assets_defs_by_key.values() if a.key.path[-1] == "trained_checkpoint")
+print(json.dumps({
+    "executor": daily.executor_def.name, "executor_config": daily.executor_def.config_schema._config_fn({}),
+    "sensors": sorted(s.name for s in repo.sensor_defs),
+    "pool": ckpt.op.pool, "tags": dict(daily.tags), "ingest_tags": dict(repo.get_job("flights_delay_ingest").tags),
+    "tracking": repr(str.__str__(defs.resources["tracking"].tracking_uri)), "artifacts": defs.resources["artifacts"].root,
+}))
+"""
+    env = {**os.environ, **PRODUCTION}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    import json
+
+    built = json.loads(out.stdout.strip().splitlines()[-1])
+    assert built["executor"] == "multiprocess"
+    assert built["executor_config"]["start_method"] == {"forkserver": {}}
+    assert "run_failure_alerts" in built["sensors"]
+    assert built["pool"] == GPU_POOL
+    assert built["tags"][TRAINING_TEAM_TAG] == "ml-platform" and built["tags"][MAX_RUNTIME_TAG] == str(360 * 60)
+    assert TRAINING_TEAM_TAG not in built["ingest_tags"] and MAX_RUNTIME_TAG not in built["ingest_tags"]
+    # An EnvVar: the URL with its password is resolved in the run, never written into the config.
+    assert built["tracking"] == "'MLFLOW_TRACKING_URI'"
+    assert built["artifacts"] == "s3://bucket/artifacts"
+
+
+def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
+    from dagster._core.instance.config import dagster_instance_config
+
+    (tmp_path / "dagster.yaml").write_text((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    monkeypatch.setenv("ML_ASSETS_DAGSTER_POSTGRES_URL", "postgresql://user@db.internal/dagster")
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert config["run_launcher"] == {"module": "ml_assets.launcher", "class": "LocalProcessRunLauncher"}
+    assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] > 0
+    assert config["run_retries"]["retry_on_asset_or_op_failure"] is False
+    limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert limits == [{"key": TRAINING_TEAM_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 2}]
+    raw = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    assert raw["storage"]["postgres"]["postgres_url"] == {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}  # no secret in the file
+
+
+def test_the_launcher_tells_a_live_process_from_a_gone_one():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert process_start_ticks(child.pid) is not None
+    finally:
+        child.kill()
+    deadline = time.monotonic() + 10
+    while process_start_ticks(child.pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_start_ticks(child.pid) is None  # a zombie until reaped: not a running worker
+    child.wait()
+    assert process_start_ticks(child.pid) is None
+
+
+def test_dg_is_the_installed_dagster():
+    assert dg.__version__ == "1.13.27"
