@@ -19,7 +19,7 @@ QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 MODEL ?= flights_delay
 DAY ?=
 
-.PHONY: help install demo test dev mlflow-ui materialize lint clean
+.PHONY: help install demo test dev mlflow-ui materialize production-instance lint clean
 
 help:
 	@echo "make demo         set up .venv and run the main job for $(MODEL) on embedded defaults"
@@ -27,6 +27,7 @@ help:
 	@echo "make dev          Dagster UI on http://127.0.0.1:3000 against $(ML_ASSETS_HOME)"
 	@echo "make mlflow-ui    MLflow UI on http://127.0.0.1:5000 against the same home"
 	@echo "make materialize DAY=YYYY-MM-DD   one more day of $(MODEL) through the dagster CLI"
+	@echo "make production-instance   deploy/production/dagster.yaml into DAGSTER_HOME (docs/deployment.md)"
 	@echo "make lint         ruff"
 	@echo "make clean        remove .venv and the local home"
 
@@ -59,6 +60,13 @@ mlflow-ui: install
 materialize: install $(DAGSTER_HOME)/dagster.yaml
 	@test -n "$(DAY)" || (echo "usage: make materialize DAY=YYYY-MM-DD [MODEL=$(MODEL)]" && exit 2)
 	$(BIN)/dagster asset materialize -m ml_assets --select 'group:$(MODEL)' --partition $(DAY)
+
+# Production (docs/deployment.md): the PostgreSQL-backed instance with queue, pools, run monitoring.
+production-instance:
+	@test "$(ML_ASSETS_ENV)" = production || (echo "set ML_ASSETS_ENV=production and DAGSTER_HOME first (docs/deployment.md)" && exit 2)
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/production/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@echo "$(DAGSTER_HOME)/dagster.yaml written; next: .venv/bin/dagster instance migrate"
 
 lint: install
 	$(BIN)/ruff check .

@@ -61,9 +61,11 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     if settings.production:
         # One process per step, so the `gpu` pool, step retries and a crash act per step; the limit
         # keeps a run from starting more steps than the machine has cores for. Steps fork from a
-        # server that imported ml_assets once per run, instead of each spawning and importing it.
+        # server that built the definitions once per run (ml_assets.preload), instead of each
+        # spawning, importing and building them again.
         executor = dg.multiprocess_executor.configured(
-            {"max_concurrent": settings.max_concurrent_steps, "start_method": {"forkserver": {}}})
+            {"max_concurrent": settings.max_concurrent_steps,
+             "start_method": {"forkserver": {"preload_modules": ["ml_assets.preload"]}}})
         shared = dg.Definitions(resources=local_resources(settings), executor=executor,
                                 sensors=[build_failure_alert_sensor(settings)])
     else:

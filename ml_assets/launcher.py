@@ -39,6 +39,7 @@ from dagster._core.launcher.base import (
     WorkerStatus,
 )
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+from dagster._core.storage.tags import MAX_RETRIES_TAG
 from dagster._grpc.types import ExecuteRunArgs, ResumeRunArgs
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
@@ -184,6 +185,10 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
         pid, alive = self._worker(run)
         if not alive or pid is None:
             return False
+        # A run stopped on purpose (a cancel, or run monitoring past dagster/max_runtime, which then
+        # marks it failed) is not a crash: run retries must not start it again. (dagster/will_retry
+        # is recomputed when the failure is stored, from dagster/max_retries.)
+        self._instance.add_run_tags(run_id, {MAX_RETRIES_TAG: "0"})
         if run.status != DagsterRunStatus.CANCELING:  # run monitoring reports it before calling us
             self._instance.report_run_canceling(run)
         os.kill(pid, signal.SIGTERM)  # the worker interrupts its steps and reports the run canceled

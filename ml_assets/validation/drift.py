@@ -20,7 +20,6 @@ import math
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.names import DRIFT
@@ -92,6 +91,8 @@ def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame) ->
         cur = rows[col].drop_nulls().cast(pl.Float64).to_numpy()
         if len(ref) == 0 or len(cur) == 0:
             continue
+        from scipy import stats  # imported when a check runs, not when definitions load
+
         ks = float(stats.ks_2samp(ref, cur).statistic)
         scale = float(np.std(ref)) or 1.0
         wd = float(stats.wasserstein_distance(ref, cur)) / scale
@@ -123,6 +124,8 @@ def _logit(p: np.ndarray | float) -> np.ndarray | float:
 def _auc(score: np.ndarray, y: np.ndarray) -> float:
     """ROC-AUC of ``score`` for binary ``y`` (Mann-Whitney U, ties counted half)."""
     positives, negatives = score[y == 1], score[y == 0]
+    from scipy import stats
+
     return float(stats.mannwhitneyu(positives, negatives).statistic) / (len(positives) * len(negatives))
 
 

@@ -20,3 +20,12 @@ ROW_LEVEL = (NULLS, RANGES, KEYS)
 def custom_check_name(target: str) -> str:
     """The check name of a custom check 'package.module:function'."""
     return "custom_" + target.split(":")[1]
+
+
+def check_names(spec) -> list[str]:
+    """Every check of a spec's snapshot, built-in then custom (a ModelSpec; not imported here)."""
+    return [*CHECKS, *(custom_check_name(t) for t in spec.validation.custom_checks)]
+
+
+def descriptions(spec) -> dict[str, str]:
+    return {**CHECK_DESCRIPTIONS, **{custom_check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}

@@ -18,25 +18,16 @@ from ml_assets.validation.checks import (
 from ml_assets.validation.custom import check_name, run_custom
 from ml_assets.validation.drift import DAY, drift_check
 from ml_assets.validation.names import (
-    CHECK_DESCRIPTIONS,
-    CHECKS,
     DRIFT,
     FRESHNESS,
     NULLS,
     ROW_LEVEL,
     VOLUME,
+    check_names,
 )
 from ml_assets.validation.outcome import CheckOutcome
 from ml_assets.validation.schema import schema_checks
 from ml_assets.versioning import NotFound, VersionStore
-
-
-def check_names(spec: ModelSpec) -> list[str]:
-    return [*CHECKS, *(check_name(t) for t in spec.validation.custom_checks)]
-
-
-def descriptions(spec: ModelSpec) -> dict[str, str]:
-    return {**CHECK_DESCRIPTIONS, **{check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
 
 
 def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], pl.LazyFrame | None]

@@ -214,6 +214,10 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
         # The instance's schema first: the daemon and webserver would race to create it.
         subprocess.run([str(VENV_BIN / "dagster"), "instance", "migrate"], env=env, cwd=REPO, check=True,
                        capture_output=True)
+        # The pool's limit set once, as docs/deployment.md says: two runs that reach an unset pool at
+        # the same moment both insert its default limit, and one fails on the unique key (seen here).
+        subprocess.run([str(VENV_BIN / "dagster"), "instance", "concurrency", "set", "gpu", "1"], env=env, cwd=REPO,
+                       check=True, capture_output=True)
         svc.start("mlflow", [str(VENV_BIN / "ml-assets"), "mlflow-server", "--port", str(mlflow_port), "--workers", "1"])
         svc.start("daemon", [str(VENV_BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
         svc.start("webserver", [str(VENV_BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",

@@ -68,7 +68,7 @@ print(json.dumps({
 
     built = json.loads(out.stdout.strip().splitlines()[-1])
     assert built["executor"] == "multiprocess"
-    assert built["executor_config"]["start_method"] == {"forkserver": {}}
+    assert built["executor_config"]["start_method"] == {"forkserver": {"preload_modules": ["ml_assets.preload"]}}
     assert "run_failure_alerts" in built["sensors"]
     assert built["pool"] == GPU_POOL
     assert built["tags"][TRAINING_TEAM_TAG] == "ml-platform" and built["tags"][MAX_RUNTIME_TAG] == str(360 * 60)

@@ -28,12 +28,18 @@ def build_daily_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.Jo
 
 
 def build_ingest_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
-    """raw_data -> validated_snapshot -> features: what a backfill of history runs, without training."""
+    """raw_data -> validated_snapshot -> features: what a backfill of history runs, without training.
+
+    Three short steps in a line: run in the run worker's process by default (a process per step
+    would only add its start-up to each step); run config can still ask for the multiprocess
+    executor (``execution: {config: {multiprocess: {}}}``)."""
     return dg.define_asset_job(
         name=f"{spec.name}_ingest",
         selection=dg.AssetSelection.assets(*assets),
         description=f"Ingest, validate and featurize {spec.name} for one day (backfills of history).",
         tags=job_tags(spec, trains=False),
+        executor_def=dg.multi_or_in_process_executor,
+        config={"execution": {"config": {"in_process": {}}}},
     )
 
 

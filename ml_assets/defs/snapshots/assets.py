@@ -18,7 +18,7 @@ from ml_assets.resources import VersionStoreResource
 from ml_assets.sources import ROWS
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.custom import load_check
-from ml_assets.validation.run import check_names, descriptions
+from ml_assets.validation.names import check_names, descriptions
 from ml_assets.versioning import NotFound, merge_with_retry
 
 
