@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from ml_assets.settings import PACKAGE_DIR, Settings, load_settings
+from ml_assets.settings import PACKAGE_DIR, Settings, SettingsError, load_settings
 
 INGEST_STAGES = ("raw_data", "validated_snapshot", "features")
 LOG_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -398,6 +398,14 @@ def main(argv: list[str] | None = None) -> None:
     server.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts",
                         help="another host:port clients reach the server by (repeatable)")
     args = parser.parse_args(argv)
+    try:
+        _dispatch(args)
+    except SettingsError as exc:  # a bad environment: one line naming the variable, not a traceback
+        print(f"ml-assets: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "mlflow-server":
         from ml_assets.services import run_mlflow_server
 

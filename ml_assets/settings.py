@@ -110,6 +110,10 @@ class Settings:
         return f"sqlite:///{self.tuning_dir / 'optuna.db'}"
 
 
+class SettingsError(ValueError):
+    """The environment does not describe a usable configuration; the message names the variable."""
+
+
 def public_url(url: str) -> str:
     """``url`` without user:password, for links shown in the UI and in alerts."""
     from urllib.parse import urlsplit, urlunsplit
@@ -125,7 +129,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     environment = env.get("ML_ASSETS_ENV", "local").strip() or "local"
     if environment not in ENVIRONMENTS:
-        raise ValueError(
+        raise SettingsError(
             f"ML_ASSETS_ENV={environment!r} is not supported; expected one of {list(ENVIRONMENTS)}. "
             "The k8s configuration is not built yet (see docs/deployment.md)."
         )
@@ -133,26 +137,26 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     models_dir = Path(env.get("ML_ASSETS_MODELS_DIR") or BUNDLED_MODELS_DIR).expanduser().resolve()
     version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
     if version_store not in VERSION_STORES:
-        raise ValueError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
+        raise SettingsError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
     if environment != "production":
         return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store)
     missing = [name for name in PRODUCTION_REQUIRED if not env.get(name, "").strip()]
     if missing:
-        raise ValueError(f"ML_ASSETS_ENV=production needs {', '.join(missing)} in the environment "
+        raise SettingsError(f"ML_ASSETS_ENV=production needs {', '.join(missing)} in the environment "
                          "(see docs/deployment.md)")
     tracking = env["MLFLOW_TRACKING_URI"].strip()
     if not tracking.startswith(("http://", "https://")):
-        raise ValueError(f"MLFLOW_TRACKING_URI={public_url(tracking)!r}: production expects the MLflow server's "
+        raise SettingsError(f"MLFLOW_TRACKING_URI={public_url(tracking)!r}: production expects the MLflow server's "
                          "http(s):// address (see docs/deployment.md)")
     urls = {name: env[name].strip().rstrip("/") for name in ("ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")}
     for name, url in urls.items():
         if "://" not in url:
-            raise ValueError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
+            raise SettingsError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
     counts = {}
     for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):
         value = env.get(name, default).strip() or default
         if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{name}={value!r} is not a positive integer")
+            raise SettingsError(f"{name}={value!r} is not a positive integer")
         counts[name] = int(value)
     return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
                     tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],

@@ -109,3 +109,12 @@ def test_the_launcher_tells_a_live_process_from_a_gone_one():
 
 def test_dg_is_the_installed_dagster():
     assert dg.__version__ == "1.13.27"
+
+
+def test_the_cli_names_a_bad_environment_in_one_line():
+    env = {k: v for k, v in os.environ.items() if k not in PRODUCTION}
+    out = subprocess.run([sys.executable, "-m", "ml_assets.cli", "paths"], env={**env, "ML_ASSETS_ENV": "production"},
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("ml-assets: ML_ASSETS_ENV=production needs MLFLOW_TRACKING_URI, ML_ASSETS_ARTIFACTS_URL, "
+                                  "ML_ASSETS_CHECKPOINTS_URL in the environment (see docs/deployment.md)")
