@@ -47,14 +47,19 @@ def small_training(data: dict, window_days: int = 3, epochs: int = 2) -> dict:
     return data
 
 
+def free_port() -> int:
+    """A free TCP port on loopback for a server a test starts."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A real S3 API (moto's server) on loopback, with throwaway credentials in the environment."""
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}

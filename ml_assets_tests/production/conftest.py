@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -24,18 +23,12 @@ import pytest
 import yaml
 
 from ml_assets.alerts import WEBHOOK_VARIABLE
-from ml_assets_tests.conftest import VENV_BIN, cli_env, small_training, write_spec
+from ml_assets_tests.conftest import VENV_BIN, cli_env, free_port, small_training, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
 POSTGRES = os.environ.get("ML_ASSETS_TEST_POSTGRES_URL")
 needs_postgres = pytest.mark.skipif(
     not POSTGRES, reason="ML_ASSETS_TEST_POSTGRES_URL is not set (.ci/run sets it for the local PostgreSQL)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
