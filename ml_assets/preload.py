@@ -1,6 +1,7 @@
-"""Imported by the multiprocess executor's fork server (production): builds the code location once
-per run, so each step process forks with the definitions already built instead of importing and
-building them again (seconds of CPU per step)."""
+"""Imported by the multiprocess executor's fork server (ML_ASSETS_EXECUTOR=multiprocess; first of
+``ml_assets.definitions.STEP_PRELOAD``): builds the code location once per run, so each step
+process forks with the definitions already built instead of importing and building them again
+(seconds of CPU per step)."""
 
 import ml_assets
 

@@ -9,10 +9,15 @@ Read from the environment when definitions are built (never at import time):
   ``MLFLOW_TRACKING_URI`` (the MLflow server, ``http://host:port``), ``ML_ASSETS_ARTIFACTS_URL`` and
   ``ML_ASSETS_CHECKPOINTS_URL`` (fsspec URLs, ``s3://bucket/prefix``). Optional:
   ``ML_ASSETS_OBJECTS_URL`` (the embedded version store's objects, when lakeFS is not used),
-  ``ML_ASSETS_MAX_CONCURRENT_STEPS`` (the multiprocess executor's limit, default 4),
+  ``ML_ASSETS_MAX_CONCURRENT_STEPS`` (the multiprocess executor's limit when it is chosen, default 4),
   ``ML_ASSETS_ALERT_WEBHOOK_URL`` (run-failure alerts; read at each tick, never stored) and
   ``ML_ASSETS_ALERT_INTERVAL_SECONDS`` (how often the alert sensor looks, default 30). The Dagster instance itself is configured by
   ``$DAGSTER_HOME/dagster.yaml`` (``deploy/production/dagster.yaml``).
+- ``ML_ASSETS_EXECUTOR``: how a run executes its steps, in either environment: ``in_process``
+  (default: one run worker process runs the steps in order; the training step's ranks are torchrun
+  processes anyway) or ``multiprocess`` (a process per step, forked from a server that imported the
+  code and libraries once per run; ``ML_ASSETS_MAX_CONCURRENT_STEPS`` at once). benchmarks/orchestration
+  measures both.
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the checkout, or in the working directory when the package is installed elsewhere).
 - ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``).
@@ -36,6 +41,7 @@ BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
 ENVIRONMENTS = ("local", "production")
 PRODUCTION_REQUIRED = ("MLFLOW_TRACKING_URI", "ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")
 VERSION_STORES = ("local", "lakefs")
+EXECUTORS = ("in_process", "multiprocess")
 LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
 
@@ -56,6 +62,7 @@ class Settings:
     artifacts_url: str | None = None
     checkpoints_url: str | None = None
     objects_url: str | None = None
+    executor: str = "in_process"
     max_concurrent_steps: int = 4
     alert_interval_seconds: int = 30
 
@@ -138,8 +145,18 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
     if version_store not in VERSION_STORES:
         raise SettingsError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
+    executor = env.get("ML_ASSETS_EXECUTOR", "in_process").strip() or "in_process"
+    if executor not in EXECUTORS:
+        raise SettingsError(f"ML_ASSETS_EXECUTOR={executor!r} is not one of {list(EXECUTORS)}")
+    counts = {}
+    for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):
+        value = env.get(name, default).strip() or default
+        if not value.isdigit() or int(value) < 1:
+            raise SettingsError(f"{name}={value!r} is not a positive integer")
+        counts[name] = int(value)
     if environment != "production":
-        return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store)
+        return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
+                        executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
     missing = [name for name in PRODUCTION_REQUIRED if not env.get(name, "").strip()]
     if missing:
         raise SettingsError(f"ML_ASSETS_ENV=production needs {', '.join(missing)} in the environment "
@@ -152,15 +169,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     for name, url in urls.items():
         if "://" not in url:
             raise SettingsError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
-    counts = {}
-    for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):
-        value = env.get(name, default).strip() or default
-        if not value.isdigit() or int(value) < 1:
-            raise SettingsError(f"{name}={value!r} is not a positive integer")
-        counts[name] = int(value)
     return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
                     tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
                     objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,
-                    max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
+                    executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
                     alert_interval_seconds=counts["ML_ASSETS_ALERT_INTERVAL_SECONDS"])

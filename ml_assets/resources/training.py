@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import subprocess
@@ -67,3 +68,40 @@ class TorchrunLauncher(dg.ConfigurableResource):
         results = session.get_results()
         result = next((r for r in results if isinstance(r, dg.MaterializeResult)), None)
         return TrainingOutcome(process.returncode, result, list(session.get_custom_messages()))
+
+    def run_plain(self, config_path: str, nproc: int, max_restarts: int = 0) -> TrainingOutcome:
+        """The same torchrun command outside a Dagster step (a notebook, a script, a benchmark's baseline):
+        no Pipes; the result is read from the ``report.json`` rank 0 writes beside the export."""
+        import fsspec
+
+        from ml_assets.trainer.config import TrainConfig
+        from ml_assets.trainer.train import REPORT_FILE
+
+        output_dir = TrainConfig.from_json(config_path).output_dir.rstrip("/")
+        threads = str(self.threads_per_process)
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        for name in [k for k in env if k.startswith("DAGSTER_PIPES_")]:  # never mistaken for a Pipes process
+            del env[name]
+        returncode = subprocess.run(self.command(config_path, nproc, max_restarts), env=env).returncode
+        result = None
+        if returncode == 0:
+            with fsspec.open(f"{output_dir}/{REPORT_FILE}", "r") as fh:
+                report = json.load(fh)
+            result = dg.MaterializeResult(metadata=metadata_from_pipes(report["metadata"]),
+                                          data_version=dg.DataVersion(report["data_version"]))
+        return TrainingOutcome(returncode, result)
+
+
+def metadata_from_pipes(metadata: dict) -> dict:
+    """Pipes' metadata form (typed values as ``{"raw_value": ..., "type": ...}``) as Dagster metadata."""
+    typed = {"path": dg.MetadataValue.path, "json": dg.MetadataValue.json, "url": dg.MetadataValue.url,
+             "md": dg.MetadataValue.md, "text": dg.MetadataValue.text}
+    out = {}
+    for name, value in metadata.items():
+        if isinstance(value, dict) and set(value) == {"raw_value", "type"}:
+            convert = typed.get(value["type"])
+            if convert is None:
+                raise ValueError(f"training report: metadata {name!r} has type {value['type']!r}, not one of {sorted(typed)}")
+            value = convert(value["raw_value"])
+        out[name] = value
+    return out

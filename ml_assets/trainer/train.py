@@ -641,8 +641,12 @@ def main(argv: list[str] | None = None) -> int:
                 saved, trainer, acct = result["export"], result["trainer"], result["accounting"]
                 log(f"exported {saved['uri']} sha256 {saved['sha256'][:12]} ({result['weights_from']}); "
                     f"{acct['samples_per_s']:,.0f} samples/s, data wait {100 * acct['data_wait_fraction']:.1f}%")
+                report_meta = result_metadata(cfg, rt, trainer, saved, acct, result["weights_from"])
+                # Beside the export, with or without Dagster: what a run by hand (or a reproduction)
+                # reports, in the same form Pipes carries it.
+                write_report(cfg.output_dir, report_meta, saved["sha256"])
                 if pipes is not None:
-                    _report_result(pipes, cfg, rt, trainer, saved, acct, result["weights_from"])
+                    pipes.report_asset_materialization(metadata=report_meta, data_version=saved["sha256"])
         if pipes is not None:
             pipes.close()
     finally:
@@ -654,33 +658,44 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _report_result(pipes, cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str) -> None:
+REPORT_FILE = "report.json"
+"""Written by rank 0 beside the export: {"data_version": ..., "metadata": {...}} in Pipes' metadata form."""
+
+
+def write_report(output_dir: str, metadata: dict, data_version: str) -> str:
+    import fsspec
+
+    uri = f"{output_dir.rstrip('/')}/{REPORT_FILE}"
+    with fsspec.open(uri, "w", auto_mkdir=True) as fh:
+        json.dump({"data_version": data_version, "metadata": metadata}, fh, indent=1, allow_nan=True)
+    return uri
+
+
+def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str) -> dict:
+    """The trained checkpoint's materialization metadata (Pipes' form: typed values as raw_value/type)."""
     p = trainer.progress
     last = p.history[-1] if p.history else {}
-    pipes.report_asset_materialization(
-        metadata={
-            "checkpoint_uri": {"raw_value": saved["uri"], "type": "path"},
-            "checkpoint_sha256": saved["sha256"], "checkpoint_bytes": saved["bytes"],
-            "meta_uri": {"raw_value": saved["meta_uri"], "type": "path"}, "meta_sha256": saved["meta_sha256"],
-            "feature_state_sha256": cfg.feature_state.sha256,
-            "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
-            "world_size": rt.world, "device": str(rt.device), "backend": rt.backend,
-            "precision": str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
-            "steps": p.step, "stop_reason": p.stop_reason, "weights_from": which,
-            "resumed_from_step": trainer.resumed_from if trainer.resumed_from is not None else -1,
-            "final_train_loss": last.get("train_loss", float("nan")), "final_val_loss": last.get("val_loss", float("nan")),
-            "best_val_loss": p.best_val_loss if p.best_val_loss is not None else float("nan"),
-            "samples_per_s": round(acct["samples_per_s"], 1),
-            "data_wait_pct": round(100 * acct["data_wait_fraction"], 2),
-            "checkpoint_stall_s": round(acct["checkpoint_stall_s"], 3), "checkpoints_written": acct["checkpoints_written"],
-            "checkpoint_dir": {"raw_value": cfg.checkpoint_root, "type": "path"},
-            "cpu_hours": round(acct["cpu_hours"], 5), "gpu_hours": round(acct["gpu_hours"], 5),
-            "torch_version": torch.__version__, "ml_assets_version": _project_version(),
-            "config_fingerprint": p.fingerprint,
-            "history": {"raw_value": p.history, "type": "json"},
-        },
-        data_version=saved["sha256"],
-    )
+    return {
+        "checkpoint_uri": {"raw_value": saved["uri"], "type": "path"},
+        "checkpoint_sha256": saved["sha256"], "checkpoint_bytes": saved["bytes"],
+        "meta_uri": {"raw_value": saved["meta_uri"], "type": "path"}, "meta_sha256": saved["meta_sha256"],
+        "feature_state_sha256": cfg.feature_state.sha256,
+        "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
+        "world_size": rt.world, "device": str(rt.device), "backend": rt.backend,
+        "precision": str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
+        "steps": p.step, "stop_reason": p.stop_reason, "weights_from": which,
+        "resumed_from_step": trainer.resumed_from if trainer.resumed_from is not None else -1,
+        "final_train_loss": last.get("train_loss", float("nan")), "final_val_loss": last.get("val_loss", float("nan")),
+        "best_val_loss": p.best_val_loss if p.best_val_loss is not None else float("nan"),
+        "samples_per_s": round(acct["samples_per_s"], 1),
+        "data_wait_pct": round(100 * acct["data_wait_fraction"], 2),
+        "checkpoint_stall_s": round(acct["checkpoint_stall_s"], 3), "checkpoints_written": acct["checkpoints_written"],
+        "checkpoint_dir": {"raw_value": cfg.checkpoint_root, "type": "path"},
+        "cpu_hours": round(acct["cpu_hours"], 5), "gpu_hours": round(acct["gpu_hours"], 5),
+        "torch_version": torch.__version__, "ml_assets_version": _project_version(),
+        "config_fingerprint": p.fingerprint,
+        "history": {"raw_value": p.history, "type": "json"},
+    }
 
 
 if __name__ == "__main__":

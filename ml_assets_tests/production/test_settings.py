@@ -44,8 +44,8 @@ def test_a_password_in_the_tracking_uri_is_never_shown():
     assert settings.artifacts_location == "s3://bucket/artifacts" and settings.checkpoints_location == "s3://bucket/ckpt"
 
 
-def test_production_definitions(monkeypatch):
-    """Built in a fresh process (definitions are cached per process): executor, sensor, pools, tags."""
+def built_definitions(**extra: str) -> dict:
+    """Production definitions built in a fresh process (definitions are cached per process)."""
     code = """
 import json
 from ml_assets.definitions import build_definitions
@@ -54,20 +54,24 @@ repo = defs.get_repository_def()
 daily = repo.get_job("flights_delay_daily")
 ckpt = next(a for a in repo.assets_defs_by_key.values() if a.key.path[-1] == "trained_checkpoint")
 print(json.dumps({
-    "executor": daily.executor_def.name, "executor_config": daily.executor_def.config_schema._config_fn({}),
+    "executor": daily.executor_def.name, "executor_config": getattr(daily.executor_def.config_schema, "_config_fn", lambda _: None)({}),
     "sensors": sorted(s.name for s in repo.sensor_defs),
     "pool": ckpt.op.pool, "tags": dict(daily.tags), "ingest_tags": dict(repo.get_job("flights_delay_ingest").tags),
     "tracking": repr(str.__str__(defs.resources["tracking"].tracking_uri)), "artifacts": defs.resources["artifacts"].root,
 }))
 """
-    env = {**os.environ, **PRODUCTION}
+    env = {**os.environ, **PRODUCTION, **extra}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     import json
 
-    built = json.loads(out.stdout.strip().splitlines()[-1])
-    assert built["executor"] == "multiprocess"
-    assert built["executor_config"]["start_method"] == {"forkserver": {"preload_modules": ["ml_assets.preload"]}}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_production_definitions():
+    """Executor, sensor, pools, tags."""
+    built = built_definitions()
+    assert built["executor"] == "in_process"  # the default in production too (benchmarks/orchestration)
     assert "run_failure_alerts" in built["sensors"]
     assert built["pool"] == GPU_POOL
     assert built["tags"][TRAINING_TEAM_TAG] == "ml-platform" and built["tags"][MAX_RUNTIME_TAG] == str(360 * 60)
@@ -77,13 +81,25 @@ print(json.dumps({
     assert built["artifacts"] == "s3://bucket/artifacts"
 
 
+def test_the_multiprocess_executor_when_chosen_forks_steps_from_a_preloaded_server():
+    from ml_assets.definitions import STEP_PRELOAD
+
+    built = built_definitions(ML_ASSETS_EXECUTOR="multiprocess", ML_ASSETS_MAX_CONCURRENT_STEPS="3")
+    assert built["executor"] == "multiprocess" and built["executor_config"]["max_concurrent"] == 3
+    assert built["executor_config"]["start_method"] == {"forkserver": {"preload_modules": list(STEP_PRELOAD)}}
+    assert STEP_PRELOAD[0] == "ml_assets.preload"
+    with pytest.raises(ValueError, match="ML_ASSETS_EXECUTOR='threads' is not one of"):
+        load_settings({**PRODUCTION, "ML_ASSETS_EXECUTOR": "threads"})
+
+
 def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     from dagster._core.instance.config import dagster_instance_config
 
     (tmp_path / "dagster.yaml").write_text((REPO / "deploy" / "production" / "dagster.yaml").read_text())
     monkeypatch.setenv("ML_ASSETS_DAGSTER_POSTGRES_URL", "postgresql://user@db.internal/dagster")
     config, _ = dagster_instance_config(str(tmp_path))
-    assert config["run_launcher"] == {"module": "ml_assets.launcher", "class": "LocalProcessRunLauncher"}
+    assert config["run_launcher"] == {"module": "ml_assets.launcher", "class": "LocalProcessRunLauncher",
+                                      "config": {"start_method": "forkserver"}}
     assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] > 0
     assert config["run_retries"]["retry_on_asset_or_op_failure"] is False
     limits = config["concurrency"]["runs"]["tag_concurrency_limits"]

@@ -65,6 +65,25 @@ def test_torchrun_ddp_trains_and_writes_a_pinned_checkpoint(trained):
     assert proc.stderr.count("epoch 4/4") == 1  # ...and only rank 0
 
 
+def test_outside_dagster_the_result_is_written_beside_the_export(trained):
+    """A run by hand (no Pipes) leaves report.json: what the asset would have reported, typed as Pipes types it."""
+    import dagster as dg
+
+    from ml_assets.resources.training import metadata_from_pipes
+
+    cfg, root, proc = trained
+    report = json.loads((root / "out" / "report.json").read_text())
+    meta = json.loads((root / "out" / "meta.json").read_text())
+    assert report["data_version"] == meta["weights_sha256"]
+    converted = metadata_from_pipes(report["metadata"])
+    assert converted["checkpoint_uri"] == dg.MetadataValue.path(str(root / "out" / "model.safetensors"))
+    assert converted["checkpoint_sha256"] == meta["weights_sha256"]
+    assert converted["world_size"] == 2 and converted["steps"] == meta["steps"]
+    assert [e["val_loss"] for e in converted["history"].value] == [e["val_loss"] for e in meta["history"]]
+    with pytest.raises(ValueError, match="'weird' has type 'pickle'"):
+        metadata_from_pipes({"weird": {"raw_value": "x", "type": "pickle"}})
+
+
 def test_validation_loss_is_over_all_ranks_rows(trained):
     """The all-reduced loss equals the loss of the saved model on the whole validation file."""
     cfg, root, proc = trained
