@@ -80,10 +80,6 @@ def step_executor(settings: Settings) -> dg.ExecutorDefinition:
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or load_settings()
     models = [build_model_defs(spec) for spec in load_specs(settings.models_dir)]
-    resources = local_resources(settings)
-    executor = step_executor(settings)
-    if settings.production:
-        shared = dg.Definitions(resources=resources, executor=executor, sensors=[build_failure_alert_sensor(settings)])
-    else:
-        shared = dg.Definitions(resources=resources, executor=executor)
+    shared = dg.Definitions(resources=local_resources(settings), executor=step_executor(settings),
+                            sensors=[build_failure_alert_sensor(settings)] if settings.production else [])
     return dg.Definitions.merge(*models, shared)
