@@ -48,8 +48,11 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/ml-assets demo --model $(MODEL) $(if $(DAY),--day $(DAY),)
 
+# Two workers (the machines have 2 cores; much of the suite waits on servers and subprocesses); a
+# test file stays on one worker so its module fixtures (servers, databases) are set up once.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

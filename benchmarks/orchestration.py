@@ -26,8 +26,8 @@ paths, is left out).
    promotion sensor starts no run beside the measured ones.
    The plain process first imports the libraries the stages use (timed apart: a plain script pays
    them on every run, a run worker forked from the launcher's server does not, ml_assets.launcher).
-   Wall ratio = Dagster wall / the plain process's time (imports + stages); also printed against
-   the stages alone. Per-step overhead = (the run's executing time, RUN_START to RUN_SUCCESS, - the
+   Wall ratio (the RESULT) = Dagster wall / the stages' summed compute (imports left out); also
+   printed against the plain process's whole time (imports + stages). Per-step overhead = (the run's executing time, RUN_START to RUN_SUCCESS, - the
    stages' summed compute) / steps.
 2. The queue. ``dagster job backfill`` of 60 partitions of ``<model>_ingest`` into the production
    instance's run queue (the daemon is not running, so the runs stay queued and are deleted
@@ -38,7 +38,7 @@ paths, is left out).
 PostgreSQL only.
 
 Ends with:
-    RESULT orchestration_wall_ratio <Dagster wall / plain compute> goal <= 1.3
+    RESULT orchestration_wall_ratio <Dagster wall / the stages' summed compute> goal <= 1.3
     RESULT orchestration_step_overhead_s <seconds per step> goal <= 1
     RESULT orchestration_queue_runs_per_s <runs/s on PostgreSQL> goal >= 1
 """
@@ -262,7 +262,12 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
         with environment(env), dg.DagsterInstance.get() as instance:
             ingest = build_definitions(load_settings()).resolve_job_def(f"{MODEL}_ingest")
             for d in window:
-                assert ingest.execute_in_process(partition_key=d.isoformat(), instance=instance).success, d
+                quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+                result = ingest.execute_in_process(run_config=quiet, partition_key=d.isoformat(),
+                                                   instance=instance, raise_on_error=False)
+                if not result.success:
+                    failures = [e.message for e in result.all_events if e.is_failure]
+                    raise SystemExit(f"ingesting {d} failed: {failures}")
         plain: list[dict[str, float]] = []
         through: list[DagsterRun] = []
 
@@ -307,9 +312,10 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
     print(f"  median of {repeats}: through Dagster {wall:.1f} s from submission (queued {med(r.queued for r in through):.1f} s, "
           f"run worker start {med(r.worker_start for r in through):.1f} s, executing {executing:.1f} s); "
           f"plain functions {plain_total:.1f} s in a fresh process, of which the stages {compute:.1f} s")
-    print(f"  wall ratio {wall / plain_total:.3f} against the plain script ({wall / compute:.3f} against the stages' "
-          f"compute alone, imports left out); the executor adds {overhead:.2f} s per step (executing - stages) / {len(STAGES)}")
-    return wall / plain_total, overhead
+    print(f"  wall ratio {wall / compute:.3f} against the stages' summed compute ({wall / plain_total:.3f} against the "
+          f"plain script, its imports included); the executor adds {overhead:.2f} s per step (executing - stages) / "
+          f"{len(STAGES)}")
+    return wall / compute, overhead
 
 
 def queue_rate(instance_yaml: str, env: dict[str, str], partitions: int, first: dt.date, where: Path) -> float:

@@ -113,7 +113,7 @@ def postgres_database() -> Iterator:
 def dagster_yaml(postgres_env: str = "ML_ASSETS_DAGSTER_POSTGRES_URL", poll_seconds: int = 2) -> str:
     """deploy/production/dagster.yaml as shipped, with run monitoring polling every few seconds."""
     config = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
-    assert config["storage"]["postgres"]["postgres_url"] == {"env": postgres_env}
+    assert config["storage"]["custom"]["config"]["postgres_url"] == {"env": postgres_env}
     config["run_monitoring"].update(poll_interval_seconds=poll_seconds, start_timeout_seconds=120,
                                     cancel_timeout_seconds=60)
     return yaml.safe_dump(config, sort_keys=False)
@@ -179,6 +179,9 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
     logs.mkdir()
     (home / "dagster" / "dagster.yaml").write_text(dagster_yaml())
     spec = small_training(copy.deepcopy(bundled_spec_dict))
+    # Runs here evaluate side by side: with automatic promotion, whichever registered first could be
+    # champion before another's evaluation and fail its gate (timing decides). Promotion has its own tests.
+    spec["promotion"]["mode"] = "approval_required"
     write_spec(root / "models", spec)
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     for bucket in ("ml-assets", "mlflow"):

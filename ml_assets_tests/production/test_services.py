@@ -149,6 +149,27 @@ def test_a_run_past_its_max_runtime_is_cancelled_failed_and_alerted(services):
         assert not instance.get_runs(RunsFilter(tags={"dagster/parent_run_id": run_id}))
 
 
+def test_a_run_worker_rebuilds_the_pooled_storage_from_the_instance_ref(services):
+    """A run worker builds its instance from the ref the launcher passes: the shipped storage must
+    survive that round trip, keep one connection per storage and write through it."""
+    from dagster import AssetKey, AssetMaterialization, DagsterInstance
+    from sqlalchemy.pool import QueuePool
+
+    from ml_assets.pg_storage import PooledPostgresStorage
+
+    with services.instance() as instance:
+        worker = DagsterInstance.from_ref(instance.get_ref())
+        assert isinstance(worker.get_ref().storage, PooledPostgresStorage)
+        engines = [worker.run_storage._engine, worker.event_log_storage._engine, worker.schedule_storage._engine]
+        assert all(isinstance(engine.pool, QueuePool) for engine in engines)
+        worker.report_runless_asset_event(AssetMaterialization("pool_probe", metadata={"n": 1}))
+        worker.report_runless_asset_event(AssetMaterialization("pool_probe", metadata={"n": 2}))
+        assert engines[1].pool.checkedin() == 1  # both writes went through the one kept connection
+        assert instance.fetch_materializations(AssetKey("pool_probe"), limit=5).records[0].asset_materialization.metadata[
+            "n"].value == 2
+        worker.dispose()
+
+
 def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(services, monkeypatch):
     """The daily job (raw -> registered model) for two partitions at once: Dagster on PostgreSQL,
     MLflow's server on PostgreSQL with its artifacts in S3, features and checkpoints in S3."""
@@ -199,8 +220,6 @@ def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(se
     assert os.path.exists(os.path.join(local, "MLmodel"))
 
 
-@pytest.mark.skipif(not os.environ.get("ML_ASSETS_TEST_BACKFILL"), reason=(
-    "the 60-day backfill takes ~5 minutes on 2 cores, more than CI's 30 minutes leave: ML_ASSETS_TEST_BACKFILL=1 runs it"))
 def test_a_60_day_backfill_through_the_queue_publishes_every_day(services):
     """`dagster job backfill` of raw -> features for 60 days: 60 runs queued at once, the daemon runs
     8 at a time (each a run worker executing its steps in process, the ingest job's default) on one

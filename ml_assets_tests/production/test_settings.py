@@ -1,6 +1,7 @@
 """The production switch without services: what it requires, what it builds, and the instance
 configuration it ships (the services themselves are exercised in test_services.py)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import yaml
 
 from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
 from ml_assets.defs.common import GPU_POOL
-from ml_assets.launcher import process_start_ticks
+from ml_assets.launcher import WORKER_PRELOAD, process_start_ticks
 from ml_assets.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +106,8 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
     assert limits == [{"key": TRAINING_TEAM_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 2}]
     raw = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
-    assert raw["storage"]["postgres"]["postgres_url"] == {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}  # no secret in the file
+    assert raw["storage"]["custom"] == {"module": "ml_assets.pg_storage", "class": "PooledPostgresStorage",
+                                        "config": {"postgres_url": {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}}}  # no secret
 
 
 def test_the_launcher_tells_a_live_process_from_a_gone_one():
@@ -120,6 +122,19 @@ def test_the_launcher_tells_a_live_process_from_a_gone_one():
     assert process_start_ticks(child.pid) is None  # a zombie until reaped: not a running worker
     child.wait()
     assert process_start_ticks(child.pid) is None
+
+
+def test_the_launchers_preload_is_installed_libraries_only_and_starts_no_thread():
+    """The launcher's server forks run workers after importing WORKER_PRELOAD: a thread alive at the
+    fork would be lost (or hold a lock) in every worker, and a module of the project would be stale
+    after an edit. Each name must also import, or it silently preloads nothing."""
+    script = ("import importlib, json, sys, threading\n"
+              "for name in json.loads(sys.argv[1]): importlib.import_module(name)\n"
+              "print(json.dumps([threading.active_count(), sorted(m for m in sys.modules if m.startswith('ml_assets'))]))")
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(list(WORKER_PRELOAD))],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, []]
 
 
 def test_the_cli_names_a_bad_environment_in_one_line():
