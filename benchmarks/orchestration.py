@@ -139,7 +139,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def plain_graph(env: dict[str, str], day: dt.date, window: list[dt.date]) -> dict[str, float]:
+def plain_graph(env: dict[str, str], day: dt.date, window: list[dt.date]) -> tuple[dict[str, float], float]:
     """Each stage's body called directly, in order, in a fresh process: seconds per stage, and under
     ``imports`` the seconds the process spent importing the libraries the stages use (what a plain
     script pays on every run; the launcher's server imported them once: WORKER_PRELOAD)."""
@@ -148,11 +148,13 @@ def plain_graph(env: dict[str, str], day: dt.date, window: list[dt.date]) -> dic
                          timeout=1800)
     if cli.returncode != 0:
         raise SystemExit(f"the plain-function run failed:\n{cli.stdout[-3000:]}\n{cli.stderr[-3000:]}")
-    return json.loads(cli.stdout.strip().splitlines()[-1])
+    out = json.loads(cli.stdout.strip().splitlines()[-1])
+    return out["seconds"], out["samples_per_s"]
 
 
 def _plain_graph_process(day: dt.date, window: list[dt.date]) -> None:
-    """``--plain-graph``: the baseline's process. Prints the seconds per stage as JSON."""
+    """``--plain-graph``: the baseline's process. Prints the seconds per stage and the trainer's
+    samples/s as JSON."""
     started = time.perf_counter()
     for module in WORKER_PRELOAD:
         with contextlib.suppress(ImportError):
@@ -175,9 +177,11 @@ def _plain_graph_process(day: dt.date, window: list[dt.date]) -> None:
             out = list(out) if inspect.isgenerator(out) else [out]
             seconds[stage] = time.perf_counter() - started
             result = next(o for o in out if isinstance(o, dg.MaterializeResult))
+            if stage == "trained_checkpoint":
+                samples_per_s = result.metadata["samples_per_s"]
             instance.report_runless_asset_event(dg.AssetMaterialization(
                 asset_key(spec, stage), partition=day.isoformat(), metadata=result.metadata))
-    print(json.dumps(seconds))
+    print(json.dumps({"seconds": seconds, "samples_per_s": getattr(samples_per_s, "value", samples_per_s)}))
 
 
 @dataclass
@@ -187,6 +191,7 @@ class DagsterRun:
     worker_start: float  # RUN_STARTING to RUN_START (the run worker is up and executing)
     executing: float  # RUN_START to RUN_SUCCESS: the executor running the steps
     steps: dict[str, float]  # STEP_START to STEP_SUCCESS per stage
+    samples_per_s: float  # the trainer's own throughput, from its materialization
 
 
 def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str) -> DagsterRun:
@@ -213,6 +218,7 @@ def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str) -> Dagste
         steps: dict[str, float] = {}
         began: dict[str, float] = {}
         marks: dict[dg.DagsterEventType, float] = {}
+        samples_per_s = float("nan")
         for entry in instance.all_logs(run_id):
             event = entry.dagster_event
             if event is None:
@@ -224,11 +230,15 @@ def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str) -> Dagste
                 began[event.step_key] = entry.timestamp
             elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
                 steps[event.step_key.removeprefix(f"{MODEL}__")] = entry.timestamp - began[event.step_key]
+            elif (event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION
+                  and event.asset_key.path[-1] == "trained_checkpoint"):
+                samples_per_s = event.step_materialization_data.materialization.metadata["samples_per_s"].value
         created = record.create_timestamp.timestamp()
     starting, start, success = (marks[t] for t in (dg.DagsterEventType.RUN_STARTING, dg.DagsterEventType.RUN_START,
                                                     dg.DagsterEventType.RUN_SUCCESS))
     return DagsterRun(wall=success - created, queued=starting - created, worker_start=start - starting,
-                      executing=success - start, steps=steps)
+                      executing=success - start, steps=steps,
+                      samples_per_s=samples_per_s)
 
 
 def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, float]:
@@ -269,18 +279,22 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
                     failures = [e.message for e in result.all_events if e.is_failure]
                     raise SystemExit(f"ingesting {d} failed: {failures}")
         plain: list[dict[str, float]] = []
+        plain_samples: list[float] = []
         through: list[DagsterRun] = []
 
         def one(kind: str, rep: int) -> None:
             checkpoints = (root / "checkpoints" / f"{kind}-{rep}").as_uri()
             if kind == "plain":
-                plain.append(plain_graph({**env, "ML_ASSETS_CHECKPOINTS_URL": checkpoints}, GRAPH_DAY, window))
-                print(f"  plain functions: {sum(plain[-1].values()):6.1f} s (imports {plain[-1]['imports']:.1f} s)", flush=True)
+                seconds, samples_per_s = plain_graph({**env, "ML_ASSETS_CHECKPOINTS_URL": checkpoints}, GRAPH_DAY, window)
+                plain.append(seconds)
+                plain_samples.append(samples_per_s)
+                print(f"  plain functions: {sum(seconds.values()):6.1f} s (imports {seconds['imports']:.1f} s; "
+                      f"trainer {samples_per_s:.0f} samples/s)", flush=True)
             else:
                 run = dagster_graph(env, GRAPH_DAY, checkpoints)
                 through.append(run)
                 print(f"  through Dagster: {run.wall:6.1f} s (queued {run.queued:.1f} s, worker start "
-                      f"{run.worker_start:.1f} s, executing {run.executing:.1f} s)"
+                      f"{run.worker_start:.1f} s, executing {run.executing:.1f} s; trainer {run.samples_per_s:.0f} samples/s)"
                       + (" (warm-up, not counted)" if rep < 0 else ""), flush=True)
 
         if not quick:
@@ -308,6 +322,7 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
     print(f"  {'(imports)':<20} {med(p['imports'] for p in plain):8.2f} {'preloaded':>14}")
     for stage in STAGES:
         print(f"  {stage:<20} {med(p[stage] for p in plain):8.2f} {med(r.steps[stage] for r in through):14.2f}")
+    print(f"  {'(trainer samples/s)':<20} {med(plain_samples):8.0f} {med(r.samples_per_s for r in through):14.0f}")
     overhead = (executing - compute) / len(STAGES)
     print(f"  median of {repeats}: through Dagster {wall:.1f} s from submission (queued {med(r.queued for r in through):.1f} s, "
           f"run worker start {med(r.worker_start for r in through):.1f} s, executing {executing:.1f} s); "
