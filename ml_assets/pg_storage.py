@@ -20,7 +20,11 @@ from typing import Any
 
 from dagster._serdes import ConfigurableClassData
 from dagster_postgres import DagsterPostgresStorage
-from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
+from dagster_postgres.utils import (
+    create_pg_engine,
+    get_token_provider_from_config,
+    pg_url_from_config,
+)
 
 POOL_SIZE = 1  # connections kept open per process and storage (runs, event log, schedules)
 MAX_OVERFLOW = 10  # more, opened while concurrent threads need them and closed when returned
