@@ -27,8 +27,8 @@ paths, is left out).
    The plain process first imports the libraries the stages use (timed apart: a plain script pays
    them on every run, a run worker forked from the launcher's server does not, ml_assets.launcher).
    Wall ratio (the RESULT) = Dagster wall / the stages' summed compute (imports left out); also
-   printed against the plain process's whole time (imports + stages). Per-step overhead = (the run's executing time, RUN_START to RUN_SUCCESS, - the
-   stages' summed compute) / steps.
+   printed against the plain process's whole time (imports + stages). Per-step overhead = (the
+   run's executing time, RUN_START to RUN_SUCCESS, - the stages' summed compute) / steps.
 2. The queue. ``dagster job backfill`` of 60 partitions of ``<model>_ingest`` into the production
    instance's run queue (the daemon is not running, so the runs stay queued and are deleted
    afterwards): runs queued per second, from the runs' creation times; the same on a SQLite
@@ -271,8 +271,8 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
               f"{spec.training.epochs} epochs); ingesting the window", flush=True)
         with environment(env), dg.DagsterInstance.get() as instance:
             ingest = build_definitions(load_settings()).resolve_job_def(f"{MODEL}_ingest")
+            quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
             for d in window:
-                quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
                 result = ingest.execute_in_process(run_config=quiet, partition_key=d.isoformat(),
                                                    instance=instance, raise_on_error=False)
                 if not result.success:

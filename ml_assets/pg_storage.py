@@ -38,9 +38,9 @@ class PooledPostgresStorage(DagsterPostgresStorage):
                  inst_data: ConfigurableClassData | None = None, token_provider: Any = None):
         super().__init__(postgres_url, should_autocreate_tables, inst_data=inst_data, token_provider=token_provider)
         for storage in (self._run_storage, self._event_log_storage, self._schedule_storage):
-            storage._engine.dispose()  # NullPool: holds nothing, disposing only drops the engine
-            storage._engine = pooled_engine(storage.postgres_url, storage._engine.url.query.get("options"),
-                                            token_provider)
+            options = storage._engine.url.query.get("options")
+            storage._engine.dispose()  # NullPool: holds no connection, disposing only drops the engine
+            storage._engine = pooled_engine(storage.postgres_url, options, token_provider)
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value: Any) -> PooledPostgresStorage:
