@@ -46,13 +46,23 @@ def tracking_resource(settings: Settings) -> MlflowTrackingResource:
                                   artifact_root=str(settings.mlflow_artifact_root))
 
 
+def launcher_resource(settings: Settings) -> TorchrunLauncher:
+    if settings.kubernetes:
+        import json
+
+        from ml_assets.k8s.launcher import KubernetesTorchrunLauncher
+
+        return KubernetesTorchrunLauncher(training_defaults=json.dumps(settings.k8s_training_defaults or {}))
+    return TorchrunLauncher()
+
+
 def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
     return {
         "version_store": version_store_resource(settings),
         "artifacts": ArtifactStoreResource(root=settings.artifacts_location),
         "checkpoints": CheckpointStoreResource(root=settings.checkpoints_location),
         "tracking": tracking_resource(settings),
-        "launcher": TorchrunLauncher(),
+        "launcher": launcher_resource(settings),
         "tuning_store": TuningResource(
             # A PostgreSQL URL carries a password: it stays in the environment, never in config.
             storage_url=dg.EnvVar("ML_ASSETS_OPTUNA_STORAGE") if os.environ.get("ML_ASSETS_OPTUNA_STORAGE")
@@ -62,7 +72,18 @@ def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
     }
 
 
-def step_executor(settings: Settings) -> dg.ExecutorDefinition:
+def step_executor(settings: Settings, specs: list | None = None) -> dg.ExecutorDefinition:
+    if settings.kubernetes:
+        # Every step a Kubernetes Job (dagster-k8s); the training op's pod from its spec: GPUs,
+        # /dev/shm, placement (ml_assets.k8s.pods). Image, namespace, service account and environment
+        # come from the K8sRunLauncher's configuration (helm/dagster-values.yaml).
+        from dagster_k8s import k8s_job_executor
+
+        from ml_assets.k8s.pods import TrainingDefaults, executor_config
+
+        defaults = TrainingDefaults.parse(settings.k8s_training_defaults)
+        return k8s_job_executor.configured(executor_config(specs or [], defaults, settings.k8s_step_resources),
+                                           name="k8s_training_executor")
     if settings.executor == "multiprocess":
         # One process per step (the `gpu` pool, step retries and a crash act per step), at most
         # ML_ASSETS_MAX_CONCURRENT_STEPS at once. Steps fork from a server that built the definitions
@@ -79,7 +100,8 @@ def step_executor(settings: Settings) -> dg.ExecutorDefinition:
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or load_settings()
-    models = [build_model_defs(spec) for spec in load_specs(settings.models_dir)]
-    shared = dg.Definitions(resources=local_resources(settings), executor=step_executor(settings),
+    specs = load_specs(settings.models_dir)
+    models = [build_model_defs(spec) for spec in specs]
+    shared = dg.Definitions(resources=local_resources(settings), executor=step_executor(settings, specs),
                             sensors=[build_failure_alert_sensor(settings)] if settings.production else [])
     return dg.Definitions.merge(*models, shared)

@@ -2,10 +2,14 @@
 
 Read from the environment when definitions are built (never at import time):
 
-- ``ML_ASSETS_ENV``: ``local`` (default; embedded, no server, no network) or ``production`` (the
-  services of docs/deployment.md: Dagster on PostgreSQL, an MLflow server, S3). ``k8s`` is reserved
-  for the Kubernetes configuration and refused until it exists.
-- Production only, all required (a missing one is named when definitions load):
+- ``ML_ASSETS_ENV``: ``local`` (default; embedded, no server, no network), ``production`` (the
+  services of docs/deployment.md: Dagster on PostgreSQL, an MLflow server, S3) or ``k8s`` (the same
+  services, and every step a Kubernetes pod through dagster-k8s's ``k8s_job_executor``; the training
+  step's pod gets the spec's GPUs; docs/kubernetes.md).
+- Kubernetes only, optional: ``ML_ASSETS_K8S_TRAINING_DEFAULTS`` (JSON from the chart's ``training``
+  values: ``node_selector``, ``tolerations``, ``gpu_resource``; a spec's own ``training.pod`` wins),
+  ``ML_ASSETS_K8S_STEP_RESOURCES`` (JSON: the requests and limits of the other steps' pods).
+- Production and k8s, all required (a missing one is named when definitions load):
   ``MLFLOW_TRACKING_URI`` (the MLflow server, ``http://host:port``), ``ML_ASSETS_ARTIFACTS_URL`` and
   ``ML_ASSETS_CHECKPOINTS_URL`` (fsspec URLs, ``s3://bucket/prefix``). Optional:
   ``ML_ASSETS_OBJECTS_URL`` (the embedded version store's objects, when lakeFS is not used),
@@ -38,7 +42,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
-ENVIRONMENTS = ("local", "production")
+ENVIRONMENTS = ("local", "production", "k8s")
 PRODUCTION_REQUIRED = ("MLFLOW_TRACKING_URI", "ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")
 VERSION_STORES = ("local", "lakefs")
 EXECUTORS = ("in_process", "multiprocess")
@@ -65,10 +69,18 @@ class Settings:
     executor: str = "in_process"
     max_concurrent_steps: int = 4
     alert_interval_seconds: int = 30
+    # Kubernetes: defaults for the training pods from the chart's values, the other steps' resources.
+    k8s_training_defaults: dict | None = None
+    k8s_step_resources: dict | None = None
 
     @property
     def production(self) -> bool:
-        return self.environment == "production"
+        """The shared services (PostgreSQL, an MLflow server, object storage): production and k8s."""
+        return self.environment in ("production", "k8s")
+
+    @property
+    def kubernetes(self) -> bool:
+        return self.environment == "k8s"
 
     @property
     def artifacts_location(self) -> str:
@@ -137,8 +149,8 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     environment = env.get("ML_ASSETS_ENV", "local").strip() or "local"
     if environment not in ENVIRONMENTS:
         raise SettingsError(
-            f"ML_ASSETS_ENV={environment!r} is not supported; expected one of {list(ENVIRONMENTS)}. "
-            "The k8s configuration is not built yet (see docs/deployment.md)."
+            f"ML_ASSETS_ENV={environment!r} is not supported; expected one of {list(ENVIRONMENTS)} "
+            "(docs/deployment.md, docs/kubernetes.md)"
         )
     home = Path(env.get("ML_ASSETS_HOME") or _default_home()).expanduser().resolve()
     models_dir = Path(env.get("ML_ASSETS_MODELS_DIR") or BUNDLED_MODELS_DIR).expanduser().resolve()
@@ -154,12 +166,12 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         if not value.isdigit() or int(value) < 1:
             raise SettingsError(f"{name}={value!r} is not a positive integer")
         counts[name] = int(value)
-    if environment != "production":
+    if environment == "local":
         return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
                         executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
     missing = [name for name in PRODUCTION_REQUIRED if not env.get(name, "").strip()]
     if missing:
-        raise SettingsError(f"ML_ASSETS_ENV=production needs {', '.join(missing)} in the environment "
+        raise SettingsError(f"ML_ASSETS_ENV={environment} needs {', '.join(missing)} in the environment "
                          "(see docs/deployment.md)")
     tracking = env["MLFLOW_TRACKING_URI"].strip()
     if not tracking.startswith(("http://", "https://")):
@@ -174,4 +186,21 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
                     objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,
                     executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
-                    alert_interval_seconds=counts["ML_ASSETS_ALERT_INTERVAL_SECONDS"])
+                    alert_interval_seconds=counts["ML_ASSETS_ALERT_INTERVAL_SECONDS"],
+                    k8s_training_defaults=_json_object(env, "ML_ASSETS_K8S_TRAINING_DEFAULTS"),
+                    k8s_step_resources=_json_object(env, "ML_ASSETS_K8S_STEP_RESOURCES"))
+
+
+def _json_object(env, name: str) -> dict | None:
+    import json
+
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{name}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise SettingsError(f"{name}: expected a JSON object, got {type(value).__name__}")
+    return value

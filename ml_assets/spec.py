@@ -446,6 +446,67 @@ class EarlyStoppingSpec(_Strict):
     min_delta: float = Field(default=0.0, ge=0)
 
 
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _quantity(value: str, what: str) -> str:
+    if not QUANTITY.match(value):
+        raise ValueError(f"{what} {value!r} is not a Kubernetes quantity (e.g. 500m, 4, 16Gi)")
+    return value
+
+
+class TolerationSpec(_Strict):
+    """A Kubernetes toleration of the training pods, e.g. ``{key: nvidia.com/gpu, operator: Exists,
+    effect: NoSchedule}``."""
+
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds", ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TolerationSpec:
+        if self.key is not None and not LABEL_KEY.match(self.key):
+            raise ValueError(f"toleration key {self.key!r} is not a valid label key")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds applies only to effect NoExecute")
+        return self
+
+    def manifest(self) -> dict:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class TrainingPodSpec(_Strict):
+    """Where and with what the training pods run on Kubernetes (ML_ASSETS_ENV=k8s). Placement only:
+    it is not part of the training's code version. The chart's ``training`` values give defaults for
+    the node selector and tolerations; the spec's win."""
+
+    cpu: str = Field(default="2", description="CPU request (and limit) of each training pod")
+    memory: str = Field(default="8Gi", description="memory request and limit of each training pod")
+    shm_size: str = Field(default="2Gi", description="size of the memory-backed /dev/shm (DataLoader workers, NCCL)")
+    node_selector: dict[str, str] = {}
+    tolerations: list[TolerationSpec] = []
+    rendezvous_port: int = Field(default=29400, ge=1024, le=65535, description="torchrun's c10d rendezvous (nodes > 1)")
+
+    @field_validator("cpu", "memory", "shm_size")
+    @classmethod
+    def _quantities(cls, value: str, info) -> str:
+        return _quantity(value, info.field_name)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(label):
+                raise ValueError(f"node_selector {key}: {label!r} is not a valid label")
+        return value
+
+
 class TrainingSpec(_Strict):
     window_days: int = Field(default=14, ge=3, le=366, description="train days + 1 validation day")
     family: Literal["mlp", "residual_mlp"] = "mlp"
@@ -463,7 +524,14 @@ class TrainingSpec(_Strict):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()
     deterministic: bool = False
-    processes_per_node: int = Field(default=2, ge=1, le=64)
+    processes_per_node: int = Field(default=2, ge=1, le=64, description=(
+        "torchrun processes per node on CPUs (locally, and on Kubernetes when gpus_per_node is 0)"))
+    nodes: int = Field(default=1, ge=1, le=256, description=(
+        "Kubernetes: training pods of one DDP run (an Indexed Job with c10d rendezvous when > 1); "
+        "locally the run trains on the one machine"))
+    gpus_per_node: int = Field(default=0, ge=0, le=16, description=(
+        "Kubernetes: nvidia.com/gpu limit of each training pod and its torchrun processes (0: CPU)"))
+    pod: TrainingPodSpec = TrainingPodSpec()
     max_restarts: int = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
     retries: int = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")
     max_runtime_minutes: int = Field(default=360, ge=1, le=7 * 24 * 60, description=(
@@ -663,6 +731,8 @@ class ModelSpec(_Strict):
             data = {s: data[s] for s in sections}
             # A waiver concerns its own day: it does not change how any other partition is judged.
             data.get("validation", {}).pop("waivers", None)
+            # Where the training pods are scheduled does not change what they learn.
+            data.get("training", {}).pop("pod", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -38,6 +38,20 @@ class TorchrunLauncher(dg.ConfigurableResource):
     termination_grace_seconds: float = 60.0
     """When Dagster stops the step, how long the trainer gets to checkpoint after SIGTERM."""
 
+    @property
+    def spreads_nodes(self) -> bool:
+        """Whether training.nodes > 1 really runs on several machines (Kubernetes) or on this one."""
+        return False
+
+    def processes(self, spec) -> int:
+        """torchrun's processes per node for ``spec`` (locally: the spec's CPU processes)."""
+        return self.nproc_per_node or spec.training.processes_per_node
+
+    def train(self, context: dg.AssetExecutionContext, spec, config_path: str, output_dir: str) -> TrainingOutcome:
+        """Train ``spec``'s model with the config at ``config_path`` (outputs under ``output_dir``).
+        Locally one node, whatever ``training.nodes`` says (ml_assets.k8s.launcher spreads them)."""
+        return self.run(context, config_path, self.processes(spec), spec.training.max_restarts)
+
     def command(self, config_path: str, nproc: int, max_restarts: int) -> list[str]:
         return [
             sys.executable, "-m", "torch.distributed.run", "--standalone",

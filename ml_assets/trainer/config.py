@@ -161,8 +161,15 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
+        """From a file path or an fsspec URL (multi-node pods read it from object storage)."""
         try:
-            data = json.loads(Path(path).read_text())
+            if "://" in str(path):
+                import fsspec
+
+                with fsspec.open(str(path), "r") as fh:
+                    data = json.loads(fh.read())
+            else:
+                data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"training config {path}: {exc}") from None
         return cls.from_dict(data)

@@ -84,10 +84,11 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         with tempfile.TemporaryDirectory(prefix="ml_assets-train-") as tmp:
             config_path = Path(tmp) / "train_config.json"
             config_path.write_text(cfg.to_json())
-            context.log.info(f"trained_checkpoint {day}: torchrun with {training.processes_per_node} processes on "
+            nodes = f" on each of {training.nodes} nodes" if training.nodes > 1 and launcher.spreads_nodes else ""
+            context.log.info(f"trained_checkpoint {day}: torchrun with {launcher.processes(spec)} processes{nodes} on "
                              f"{win.train_days[0]}..{win.train_days[-1]}, validating on {win.val_day}; "
                              f"checkpoints in {cfg.checkpoint_root}")
-            outcome = launcher.run(context, str(config_path), training.processes_per_node, training.max_restarts)
+            outcome = launcher.train(context, spec, str(config_path), cfg.output_dir)
         if outcome.preempted is not None:
             step = outcome.preempted.get("step")
             raise TrainingPreempted(

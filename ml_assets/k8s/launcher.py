@@ -1,0 +1,210 @@
+"""The training launcher on Kubernetes (ML_ASSETS_ENV=k8s).
+
+One node: the step's own pod has the GPUs (ml_assets.k8s.pods), and runs the same torchrun through
+Dagster Pipes as locally, one process per GPU. Several nodes: the step pod creates the headless
+Service and Indexed Job of ml_assets.k8s.training_job, streams pod 0's log (where global rank 0
+writes its Pipes messages), waits for the Job, and deletes both whatever happens; the Job is owned by
+the step pod, so Kubernetes removes it too if the step pod itself is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import dagster as dg
+
+from ml_assets.k8s.pods import TrainingDefaults, processes_per_node
+from ml_assets.k8s.training_job import INDEX_ANNOTATION, JOB_LABEL, job_name, training_job_manifests
+from ml_assets.resources.training import TorchrunLauncher, TrainingOutcome
+from ml_assets.spec import ModelSpec
+
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Conditions Kubernetes sets on a pod it is taking away (preemption, eviction, node drain, taint).
+DISRUPTION_CONDITION = "DisruptionTarget"
+
+
+class KubernetesTorchrunLauncher(TorchrunLauncher):
+    """torchrun on Kubernetes: in the step pod for one node, as an Indexed Job for several."""
+
+    training_defaults: str = "{}"
+    """The chart's training values (ML_ASSETS_K8S_TRAINING_DEFAULTS) as JSON."""
+    namespace: str | None = None
+    """Where the training Job goes; default: the step pod's own namespace."""
+    image: str | None = None
+    """The training pods' image; default: the run's image (the code location's)."""
+    poll_seconds: float = 5.0
+    pod_start_timeout_seconds: float = 1800.0
+    """How long pod 0 may stay pending (a GPU node pool scaling up from zero) before the attempt fails."""
+
+    @property
+    def spreads_nodes(self) -> bool:
+        return True
+
+    def processes(self, spec: ModelSpec) -> int:
+        return self.nproc_per_node or processes_per_node(spec)
+
+    def train(self, context: dg.AssetExecutionContext, spec: ModelSpec, config_path: str, output_dir: str) -> TrainingOutcome:
+        if spec.training.nodes == 1:
+            return self.run(context, config_path, self.processes(spec), spec.training.max_restarts)
+        return self._train_indexed_job(context, spec, config_path, output_dir)
+
+    # -- several nodes ------------------------------------------------------------------------------
+
+    def _train_indexed_job(self, context, spec: ModelSpec, config_path: str, output_dir: str) -> TrainingOutcome:
+        import fsspec
+        import kubernetes
+        from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
+
+        kubernetes.config.load_incluster_config()
+        core, batch = kubernetes.client.CoreV1Api(), kubernetes.client.BatchV1Api()
+        namespace = self.namespace or _current_namespace()
+        me = _this_pod(core, namespace)
+        config_uri = f"{output_dir.rstrip('/')}/train_config.json"
+        with open(config_path, "rb") as src, fsspec.open(config_uri, "wb") as dst:
+            dst.write(src.read())
+        name = job_name(spec.name, context.run_id, context.retry_number)
+        defaults = TrainingDefaults.parse(_json(self.training_defaults))
+        reader = PipesK8sPodLogsMessageReader()
+        with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
+                                   message_reader=reader) as session:
+            pipes_env = [{"name": k, "value": v} for k, v in session.get_bootstrap_env_vars().items()]
+            service, job = training_job_manifests(
+                spec, defaults, name=name, namespace=namespace, image=self.image or _run_image(context, me),
+                config_uri=config_uri, labels={"dagster/run-id": context.run_id},
+                env=[*_inherited_env(me), *pipes_env], env_from=_inherited_env_from(me),
+                service_account=me.spec.service_account_name if me else None)
+            if me is not None:  # garbage-collected with the step pod, whatever becomes of this process
+                owner = [{"apiVersion": "v1", "kind": "Pod", "name": me.metadata.name, "uid": me.metadata.uid}]
+                service["metadata"]["ownerReferences"] = job["metadata"]["ownerReferences"] = owner
+            try:
+                core.create_namespaced_service(namespace, service)
+                batch.create_namespaced_job(namespace, job)
+                context.log.info(f"training: Indexed Job {namespace}/{name}, {spec.training.nodes} pods x "
+                                 f"{self.processes(spec)} processes, rendezvous {name}-0.{name}")
+                pod0 = self._wait_for_pod0(core, namespace, name)
+                logs = threading.Thread(target=reader.consume_pod_logs, daemon=True,
+                                        args=(context, core, pod0, namespace))
+                logs.start()
+                succeeded, disrupted = self._wait_for_job(batch, core, namespace, name)
+                logs.join(timeout=60)
+            finally:
+                _delete(batch, core, namespace, name, context)
+        results = session.get_results()
+        result = next((r for r in results if isinstance(r, dg.MaterializeResult)), None)
+        messages = list(session.get_custom_messages())
+        if disrupted and not any(isinstance(m, dict) and m.get("kind") == "preempted" for m in messages):
+            messages.append({"kind": "preempted", "signal": f"pod {disrupted} disrupted ({DISRUPTION_CONDITION})"})
+        return TrainingOutcome(0 if succeeded else 1, result, messages)
+
+    def _wait_for_pod0(self, core, namespace: str, name: str) -> str:
+        deadline = time.monotonic() + self.pod_start_timeout_seconds
+        selector = f"{JOB_LABEL}={name},{INDEX_ANNOTATION}=0"
+        while time.monotonic() < deadline:
+            for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
+                if pod.status.phase in ("Running", "Succeeded", "Failed"):
+                    return pod.metadata.name
+            time.sleep(self.poll_seconds)
+        raise dg.Failure(f"training Job {namespace}/{name}: pod 0 did not start within "
+                         f"{self.pod_start_timeout_seconds:.0f} s (GPUs available? `kubectl describe pod -l {selector}`)")
+
+    def _wait_for_job(self, batch, core, namespace: str, name: str) -> tuple[bool, str | None]:
+        """(succeeded, name of a pod Kubernetes took away or None) once the Job is finished."""
+        while True:
+            status = batch.read_namespaced_job_status(name, namespace).status
+            if status.succeeded and status.succeeded >= 1 and not status.active and not status.failed:
+                if _finished(status, "Complete"):
+                    return True, None
+            if status.failed or _finished(status, "Failed"):
+                for pod in core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items:
+                    if any(c.type == DISRUPTION_CONDITION and c.status == "True" for c in pod.status.conditions or []):
+                        return False, pod.metadata.name
+                return False, None
+            time.sleep(self.poll_seconds)
+
+
+def _finished(status, kind: str) -> bool:
+    return any(c.type == kind and c.status == "True" for c in status.conditions or [])
+
+
+def _delete(batch, core, namespace: str, name: str, context) -> None:
+    import kubernetes
+
+    for what, call in (("Job", lambda: batch.delete_namespaced_job(name, namespace, propagation_policy="Background")),
+                       ("Service", lambda: core.delete_namespaced_service(name, namespace))):
+        try:
+            call()
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                context.log.warning(f"training: could not delete {what} {namespace}/{name} ({exc.status} {exc.reason}); "
+                                    "its owner reference removes it with the step pod")
+
+
+def _current_namespace() -> str:
+    try:
+        with open(NAMESPACE_FILE) as fh:
+            return fh.read().strip()
+    except OSError:
+        return os.environ.get("POD_NAMESPACE", "default")
+
+
+def _this_pod(core, namespace: str):
+    name = os.environ.get("HOSTNAME")
+    if not name:
+        return None
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except Exception:
+        return None
+
+
+def _main_container(pod):
+    return pod.spec.containers[0] if pod is not None and pod.spec.containers else None
+
+
+def _inherited_env(pod) -> list[dict[str, Any]]:
+    """The step pod's plain environment (settings, service locations); Dagster's own variables stay."""
+    container = _main_container(pod)
+    out = []
+    for var in (container.env or []) if container else []:
+        if var.name.startswith("DAGSTER_") or var.name in ("HOME", "ML_ASSETS_HOME"):
+            continue
+        if var.value_from is not None:
+            ref = var.value_from.secret_key_ref
+            if ref is None:
+                continue
+            out.append({"name": var.name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+        else:
+            out.append({"name": var.name, "value": var.value or ""})
+    return out
+
+
+def _inherited_env_from(pod) -> list[dict[str, Any]]:
+    """The ConfigMaps and Secrets the step pod's environment comes from (referenced, never copied)."""
+    container = _main_container(pod)
+    out = []
+    for source in (container.env_from or []) if container else []:
+        if source.config_map_ref is not None:
+            out.append({"configMapRef": {"name": source.config_map_ref.name}})
+        elif source.secret_ref is not None:
+            out.append({"secretRef": {"name": source.secret_ref.name}})
+    return out
+
+
+def _run_image(context, pod) -> str:
+    origin = context.dagster_run.job_code_origin
+    image = origin.repository_origin.container_image if origin is not None else None
+    container = _main_container(pod)
+    image = image or (container.image if container is not None else None)
+    if not image:
+        raise dg.Failure("training on several nodes needs an image: set the launcher's image or run from the "
+                         "code location's image (DAGSTER_CURRENT_IMAGE)", allow_retries=False)
+    return image
+
+
+def _json(raw: str) -> dict:
+    import json
+
+    return json.loads(raw or "{}")
