@@ -529,8 +529,9 @@ class TrainingSpec(_Strict):
     nodes: int = Field(default=1, ge=1, le=256, description=(
         "Kubernetes: training pods of one DDP run (an Indexed Job with c10d rendezvous when > 1); "
         "locally the run trains on the one machine"))
-    gpus_per_node: int = Field(default=0, ge=0, le=16, description=(
-        "Kubernetes: nvidia.com/gpu limit of each training pod and its torchrun processes (0: CPU)"))
+    gpus_per_node: int | None = Field(default=None, ge=0, le=16, description=(
+        "Kubernetes: nvidia.com/gpu limit of each training pod and its torchrun processes (0: CPU; "
+        "unset: the chart's training.gpusPerNode)"))
     pod: TrainingPodSpec = TrainingPodSpec()
     max_restarts: int = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
     retries: int = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")

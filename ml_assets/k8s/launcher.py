@@ -44,7 +44,10 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         return True
 
     def processes(self, spec: ModelSpec) -> int:
-        return self.nproc_per_node or processes_per_node(spec)
+        return self.nproc_per_node or processes_per_node(spec, self.defaults())
+
+    def defaults(self) -> TrainingDefaults:
+        return TrainingDefaults.parse(_json(self.training_defaults))
 
     def train(self, context: dg.AssetExecutionContext, spec: ModelSpec, config_path: str, output_dir: str) -> TrainingOutcome:
         if spec.training.nodes == 1:
@@ -66,7 +69,7 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         with open(config_path, "rb") as src, fsspec.open(config_uri, "wb") as dst:
             dst.write(src.read())
         name = job_name(spec.name, context.run_id, context.retry_number)
-        defaults = TrainingDefaults.parse(_json(self.training_defaults))
+        defaults = self.defaults()
         reader = PipesK8sPodLogsMessageReader()
         with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
                                    message_reader=reader) as session:

@@ -53,6 +53,7 @@ class TrainingDefaults(BaseModel):
     node_selector: dict[str, str] = {}
     tolerations: list[TolerationSpec] = []
     gpu_resource: str = Field(default=GPU_RESOURCE, pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")
+    gpus_per_node: int = Field(default=0, ge=0, le=16, description="for specs that leave training.gpus_per_node unset")
 
     @classmethod
     def parse(cls, raw: dict | None) -> TrainingDefaults:
@@ -63,9 +64,15 @@ class TrainingDefaults(BaseModel):
             raise K8sConfigError(f"ML_ASSETS_K8S_TRAINING_DEFAULTS: {problems}") from None
 
 
-def processes_per_node(spec: ModelSpec) -> int:
+def gpus_per_node(spec: ModelSpec, defaults: TrainingDefaults) -> int:
+    """The spec's GPUs per training pod, or the chart's when the spec leaves it unset."""
+    gpus = spec.training.gpus_per_node
+    return defaults.gpus_per_node if gpus is None else gpus
+
+
+def processes_per_node(spec: ModelSpec, defaults: TrainingDefaults) -> int:
     """torchrun's --nproc_per_node on Kubernetes: one process per GPU, else the spec's CPU processes."""
-    return spec.training.gpus_per_node or spec.training.processes_per_node
+    return gpus_per_node(spec, defaults) or spec.training.processes_per_node
 
 
 def step_k8s_config(step_resources: dict | None = None) -> dict[str, Any]:
@@ -100,8 +107,9 @@ def training_placement(pod: TrainingPodSpec, defaults: TrainingDefaults) -> dict
 def training_resources(spec: ModelSpec, defaults: TrainingDefaults) -> dict[str, Any]:
     pod = spec.training.pod
     limits: dict[str, Any] = {"cpu": pod.cpu, "memory": pod.memory}
-    if spec.training.gpus_per_node:
-        limits[defaults.gpu_resource] = str(spec.training.gpus_per_node)  # extended resources: limits only
+    gpus = gpus_per_node(spec, defaults)
+    if gpus:
+        limits[defaults.gpu_resource] = str(gpus)  # extended resources: limits only
     return {"requests": {"cpu": pod.cpu, "memory": pod.memory}, "limits": limits}
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ml_assets.k8s.pods import (
     CONTAINER_SECURITY_CONTEXT,
+    gpus_per_node,
     HOME,
     POD_SECURITY_CONTEXT,
     SHM_VOLUME,
@@ -52,11 +53,11 @@ def rendezvous_host(name: str, index: int) -> str:
     return f"{name}-{index}.{name}"
 
 
-def torchrun_args(spec: ModelSpec, name: str, config_uri: str) -> list[str]:
+def torchrun_args(spec: ModelSpec, defaults: TrainingDefaults, name: str, config_uri: str) -> list[str]:
     training = spec.training
     port = training.pod.rendezvous_port
     return [
-        f"--nnodes={training.nodes}", f"--nproc-per-node={processes_per_node(spec)}",
+        f"--nnodes={training.nodes}", f"--nproc-per-node={processes_per_node(spec, defaults)}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={rendezvous_host(name, 0)}:{port}", f"--rdzv-id={name}",
         # Pods start as nodes are found (a GPU pool may scale up from zero): wait for all of them.
         "--rdzv-conf=join_timeout=1800",
@@ -77,7 +78,7 @@ def training_job_manifests(
     pod = training.pod
     labels = {"app.kubernetes.io/name": "ml-assets", "app.kubernetes.io/component": "training",
               "ml-assets/model": spec.name, JOB_LABEL: name, **(labels or {})}
-    threads = "1" if training.gpus_per_node else None
+    threads = "1" if gpus_per_node(spec, defaults) else None
     container_env = [
         # The pod's index (0..nodes-1); torchrun's --local-addr names the pod by it.
         {"name": "NODE_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}},
@@ -89,7 +90,7 @@ def training_job_manifests(
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image, "imagePullPolicy": image_pull_policy,
         "command": ["python", "-m", "torch.distributed.run"],
-        "args": torchrun_args(spec, name, config_uri),
+        "args": torchrun_args(spec, defaults, name, config_uri),
         "env": container_env,
         "ports": [{"name": "rendezvous", "containerPort": pod.rendezvous_port, "protocol": "TCP"}],
         "resources": training_resources(spec, defaults),

@@ -6,6 +6,8 @@ Kubernetes client's batch API, which records the Job the handler would create. T
 validated against the Kubernetes schemas and checked for what the training step needs.
 """
 
+from pathlib import Path
+
 import pytest
 import yaml
 from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
@@ -57,16 +59,37 @@ def k8s_env(tmp_path, kubeconfig_file):
         yield env
 
 
+OVERLAY = Path(__file__).resolve().parents[2] / "helm" / "dagster-values.yaml"
+
+
+def run_launcher_config(kubeconfig_file: str, job_image: str) -> dict:
+    """helm/dagster-values.yaml's runLauncher values as the K8sRunLauncher config the official chart
+    writes into the instance's dagster.yaml (its helpers/instance/_run-launcher.tpl: names of env
+    ConfigMaps and Secrets, runK8sConfig's sections in snake case). The chart's own fixed entries
+    (service account, instance ConfigMap, PostgreSQL secret) are filled in as it would."""
+    values = yaml.safe_load(OVERLAY.read_text())["runLauncher"]["config"]["k8sRunLauncher"]
+    sections = {"containerConfig": "container_config", "podSpecConfig": "pod_spec_config",
+                "podTemplateSpecMetadata": "pod_template_spec_metadata", "jobSpecConfig": "job_spec_config",
+                "jobMetadata": "job_metadata"}
+    return {
+        "service_account_name": "dagster", "instance_config_map": "dagster-instance",
+        "postgres_password_secret": "dagster-postgresql-secret", "dagster_home": "/opt/dagster/dagster_home",
+        "job_namespace": "ml", "load_incluster_config": False, "kubeconfig_file": kubeconfig_file,
+        "job_image": job_image, "image_pull_policy": values["imagePullPolicy"],
+        "env_config_maps": [c["name"] for c in values["envConfigMaps"]],
+        "env_secrets": [s["name"] for s in values["envSecrets"]],
+        "resources": values["resources"], "security_context": values["securityContext"],
+        "run_k8s_config": {sections[k]: v for k, v in values["runK8sConfig"].items()},
+    }
+
+
 def _step_job(kubeconfig_file, job_name: str, step_key: str) -> dict:
     """The Job dagster-k8s's step handler submits for ``step_key`` of ``job_name`` (as a manifest)."""
     recon_repo = ReconstructableRepository.for_module("ml_assets", "code_location", working_directory=None)
     recon_job = ReconstructableJob(recon_repo, job_name)
     job_def = build_definitions().resolve_job_def(job_name)
-    launcher = {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": {
-        "service_account_name": "ml-assets", "instance_config_map": "dagster-instance", "dagster_home": "/opt/dagster/dagster_home",
-        "job_namespace": "ml", "load_incluster_config": False, "kubeconfig_file": kubeconfig_file,
-        "job_image": "registry.example/ml-assets:0.1.0",
-        "env_config_maps": ["ml-assets-env"], "env_secrets": ["ml-assets-s3"]}}
+    launcher = {"module": "dagster_k8s", "class": "K8sRunLauncher",
+                "config": run_launcher_config(kubeconfig_file, job_image="registry.example/ml-assets:0.1.0")}
     with instance_for_test(overrides={"run_launcher": launcher}) as instance:
         run = create_run_for_test(instance, job_name=job_name, job_code_origin=recon_job.get_python_origin(),
                                   tags={"dagster/partition": "2013-02-01"})
@@ -112,8 +135,12 @@ def test_the_training_step_pod_has_the_specs_gpus_shm_and_placement(k8s_env, kub
     # The run launcher's environment reaches the step pod (settings and S3 credentials by reference).
     assert {"configMapRef": {"name": "ml-assets-env"}} in container["envFrom"]
     assert {"secretRef": {"name": "ml-assets-s3"}} in container["envFrom"]
-    # Each volume once: the executor's emptyDirs and the training step's /dev/shm merged, not repeated.
+    # Each volume once: the run launcher's, the executor's emptyDirs and the training step's /dev/shm
+    # merged, not repeated; the specs' ConfigMap and our service account come from the run launcher.
     assert sorted(volumes) == sorted(v["name"] for v in pod["volumes"])
+    assert volumes["models"]["configMap"] == {"name": "ml-assets-models", "optional": True}
+    assert {"name": "models", "mountPath": "/etc/ml_assets/models", "readOnly": True} in container["volumeMounts"]
+    assert pod["serviceAccountName"] == "ml-assets"
 
 
 def test_other_step_pods_get_small_requests_and_no_gpu(k8s_env, kubeconfig_file):
