@@ -473,6 +473,8 @@ class TolerationSpec(_Strict):
             raise ValueError(f"toleration key {self.key!r} is not a valid label key")
         if self.operator == "Exists" and self.value:
             raise ValueError("a toleration with operator Exists takes no value")
+        if self.operator == "Equal" and not self.key:
+            raise ValueError("a toleration with operator Equal needs a key (an empty key tolerates all taints only with Exists)")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError("tolerationSeconds applies only to effect NoExecute")
         return self

@@ -123,6 +123,6 @@ def test_dagster_cli_reports_a_broken_spec(tmp_path, spec_dict):
 
 
 def test_unsupported_environment_is_refused():
-    with pytest.raises(ValueError, match="ML_ASSETS_ENV='k8s' is not supported"):
-        load_settings({"ML_ASSETS_ENV": "k8s"})
+    with pytest.raises(ValueError, match=r"ML_ASSETS_ENV='kubernetes' is not supported; expected one of \['local', 'production', 'k8s'\]"):
+        load_settings({"ML_ASSETS_ENV": "kubernetes"})
 

@@ -45,6 +45,13 @@ def _error(path: Path) -> str:
         (lambda d: d["source"].update(storage_options={"aws_secret_access_key": "x"}), "source", "look like secrets"),
         (lambda d: d["source"]["rows"].update(path="/data/x.parquet"), "source.rows", "exactly one"),
         (lambda d: d.update(name="Flights-Delay"), "name", "invalid"),
+        (lambda d: d["training"].update(gpus_per_node=-1), "training.gpus_per_node", "greater than or equal to 0"),
+        (lambda d: d["training"].update(nodes=0), "training.nodes", "greater than or equal to 1"),
+        (lambda d: d["training"].update(pod={"memory": "8 gigs"}), "training.pod.memory", "not a Kubernetes quantity"),
+        (lambda d: d["training"].update(pod={"node_selector": {"pool": "a b"}}), "training.pod.node_selector",
+         "not a valid label"),
+        (lambda d: d["training"].update(pod={"tolerations": [{"operator": "Equal", "value": "x"}]}),
+         "training.pod.tolerations.0", "needs a key"),
     ],
 )
 def test_broken_spec_names_file_field_and_problem(tmp_path, spec_dict, change, field, problem):
@@ -53,6 +60,16 @@ def test_broken_spec_names_file_field_and_problem(tmp_path, spec_dict, change, f
     message = _error(path)
     assert f"{path}: {field}" in message, message
     assert problem in message, message
+
+
+def test_where_training_pods_run_is_not_part_of_the_training_code_version(tmp_path, spec_dict):
+    base = load_spec(write_spec(tmp_path / "a", spec_dict))
+    spec_dict["training"]["pod"] = {"node_selector": {"pool": "a100"}, "shm_size": "16Gi"}
+    placed = load_spec(write_spec(tmp_path / "b", spec_dict))
+    spec_dict["training"]["gpus_per_node"] = 4
+    more_gpus = load_spec(write_spec(tmp_path / "c", spec_dict))
+    assert base.fingerprint("training") == placed.fingerprint("training")
+    assert more_gpus.fingerprint("training") != placed.fingerprint("training")  # world size changes training
 
 
 def test_spec_name_must_match_file_name(tmp_path, spec_dict):
