@@ -24,6 +24,9 @@ from ml_assets.spec import ModelSpec
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Conditions Kubernetes sets on a pod it is taking away (preemption, eviction, node drain, taint).
 DISRUPTION_CONDITION = "DisruptionTarget"
+# A container waiting for one of these will not start without someone changing something.
+STUCK_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError")
 
 
 class KubernetesTorchrunLauncher(TorchrunLauncher):
@@ -87,7 +90,7 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                 batch.create_namespaced_job(namespace, job)
                 context.log.info(f"training: Indexed Job {namespace}/{name}, {spec.training.nodes} pods x "
                                  f"{self.processes(spec)} processes, rendezvous {name}-0.{name}")
-                pod0 = self._wait_for_pod0(core, namespace, name)
+                pod0 = self._wait_for_pod0(core, batch, namespace, name)
                 logs = threading.Thread(target=reader.consume_pod_logs, daemon=True,
                                         args=(context, core, pod0, namespace))
                 logs.start()
@@ -102,25 +105,33 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
             messages.append({"kind": "preempted", "signal": f"pod {disrupted} disrupted ({DISRUPTION_CONDITION})"})
         return TrainingOutcome(0 if succeeded else 1, result, messages)
 
-    def _wait_for_pod0(self, core, namespace: str, name: str) -> str:
+    def _wait_for_pod0(self, core, batch, namespace: str, name: str) -> str:
+        """Pod 0's name once its container started; fails fast on what will not fix itself."""
         deadline = time.monotonic() + self.pod_start_timeout_seconds
         selector = f"{JOB_LABEL}={name},{INDEX_ANNOTATION}=0"
         while time.monotonic() < deadline:
             for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
                 if pod.status.phase in ("Running", "Succeeded", "Failed"):
                     return pod.metadata.name
+                for status in pod.status.container_statuses or []:
+                    waiting = status.state.waiting if status.state else None
+                    if waiting is not None and waiting.reason in STUCK_REASONS:
+                        raise dg.Failure(f"training Job {namespace}/{name}: pod {pod.metadata.name} cannot start: "
+                                         f"{waiting.reason}: {waiting.message or ''}", allow_retries=False)
+            if _finished(batch.read_namespaced_job_status(name, namespace).status, "Failed"):
+                raise dg.Failure(f"training Job {namespace}/{name} failed before pod 0 started "
+                                 f"(`kubectl describe job -n {namespace} {name}`)")
             time.sleep(self.poll_seconds)
         raise dg.Failure(f"training Job {namespace}/{name}: pod 0 did not start within "
-                         f"{self.pod_start_timeout_seconds:.0f} s (GPUs available? `kubectl describe pod -l {selector}`)")
+                         f"{self.pod_start_timeout_seconds:.0f} s (GPUs available? `kubectl describe pod -n {namespace} -l {selector}`)")
 
     def _wait_for_job(self, batch, core, namespace: str, name: str) -> tuple[bool, str | None]:
         """(succeeded, name of a pod Kubernetes took away or None) once the Job is finished."""
         while True:
             status = batch.read_namespaced_job_status(name, namespace).status
-            if status.succeeded and status.succeeded >= 1 and not status.active and not status.failed:
-                if _finished(status, "Complete"):
-                    return True, None
-            if status.failed or _finished(status, "Failed"):
+            if _finished(status, "Complete"):
+                return True, None
+            if _finished(status, "Failed"):
                 for pod in core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items:
                     if any(c.type == DISRUPTION_CONDITION and c.status == "True" for c in pod.status.conditions or []):
                         return False, pod.metadata.name

@@ -13,7 +13,6 @@ emptyDirs where the processes write (/tmp, the home, /dev/shm for the trainer).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -167,7 +166,3 @@ def dns_label(text: str, max_length: int = 63) -> str:
     if not DNS_LABEL.match(label):
         raise K8sConfigError(f"cannot make a Kubernetes name of {text!r}")
     return label
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -23,7 +23,6 @@ from typing import Any
 
 from ml_assets.k8s.pods import (
     CONTAINER_SECURITY_CONTEXT,
-    gpus_per_node,
     HOME,
     POD_SECURITY_CONTEXT,
     SHM_VOLUME,
@@ -31,6 +30,7 @@ from ml_assets.k8s.pods import (
     WRITABLE_VOLUMES,
     TrainingDefaults,
     dns_label,
+    gpus_per_node,
     processes_per_node,
     shm_volume,
     training_placement,

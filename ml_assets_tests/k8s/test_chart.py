@@ -190,9 +190,8 @@ def test_the_values_schema_refuses_bad_values(change, problem):
     values = VALUES["gpu"]()
     values.setdefault("codeServer", {})
     change(values)
-    with helm.Chart.load(CHART) as chart:
-        with pytest.raises(helm.HelmValuesError) as refused:
-            chart.validate_schema(values)
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError) as refused:
+        chart.validate_schema(values)
     assert problem in str(refused.value)
     report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)  # `helm install` refuses them too
     assert report["errors"] or any(m["severity"] == 3 for m in report["messages"])

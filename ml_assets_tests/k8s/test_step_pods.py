@@ -17,8 +17,8 @@ from dagster._core.execution.context_creation_job import create_context_free_log
 from dagster._core.execution.retries import RetryMode
 from dagster._core.executor.init import InitExecutorContext
 from dagster._core.executor.step_delegating.step_handler.base import StepHandlerContext
-from dagster._core.test_utils import create_run_for_test, environ, instance_for_test
 from dagster._core.system_config.objects import ResolvedRunConfig
+from dagster._core.test_utils import create_run_for_test, environ, instance_for_test
 from dagster._grpc.types import ExecuteStepArgs
 from kubernetes.client import ApiClient
 
