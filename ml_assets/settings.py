@@ -9,6 +9,8 @@ Read from the environment when definitions are built (never at import time):
 - Kubernetes only, optional: ``ML_ASSETS_K8S_TRAINING_DEFAULTS`` (JSON from the chart's ``training``
   values: ``node_selector``, ``tolerations``, ``gpu_resource``; a spec's own ``training.pod`` wins),
   ``ML_ASSETS_K8S_STEP_RESOURCES`` (JSON: the requests and limits of the other steps' pods).
+- k8s also requires ``ML_ASSETS_VERSION_STORE=lakefs`` and ``ML_ASSETS_OPTUNA_STORAGE`` (PostgreSQL):
+  pods share no disk for the embedded store's refs or a SQLite study.
 - Production and k8s, all required (a missing one is named when definitions load):
   ``MLFLOW_TRACKING_URI`` (the MLflow server, ``http://host:port``), ``ML_ASSETS_ARTIFACTS_URL`` and
   ``ML_ASSETS_CHECKPOINTS_URL`` (fsspec URLs, ``s3://bucket/prefix``). Optional:
@@ -45,6 +47,8 @@ BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
 ENVIRONMENTS = ("local", "production", "k8s")
 PRODUCTION_REQUIRED = ("MLFLOW_TRACKING_URI", "ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")
 VERSION_STORES = ("local", "lakefs")
+# Pods share no disk: the tuning studies need a database every trial worker and re-run can reach.
+K8S_REQUIRED = ("ML_ASSETS_OPTUNA_STORAGE",)
 EXECUTORS = ("in_process", "multiprocess")
 LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
@@ -169,10 +173,15 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     if environment == "local":
         return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
                         executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
-    missing = [name for name in PRODUCTION_REQUIRED if not env.get(name, "").strip()]
+    required = PRODUCTION_REQUIRED + (K8S_REQUIRED if environment == "k8s" else ())
+    missing = [name for name in required if not env.get(name, "").strip()]
     if missing:
         raise SettingsError(f"ML_ASSETS_ENV={environment} needs {', '.join(missing)} in the environment "
                          "(see docs/deployment.md)")
+    if environment == "k8s" and version_store != "lakefs":
+        # The embedded store keeps its refs in SQLite on one machine's disk; pods have none to share.
+        raise SettingsError("ML_ASSETS_ENV=k8s needs ML_ASSETS_VERSION_STORE=lakefs: the embedded store's refs live "
+                            "on one machine's disk (docs/kubernetes.md)")
     tracking = env["MLFLOW_TRACKING_URI"].strip()
     if not tracking.startswith(("http://", "https://")):
         raise SettingsError(f"MLFLOW_TRACKING_URI={public_url(tracking)!r}: production expects the MLflow server's "

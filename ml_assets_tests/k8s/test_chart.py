@@ -214,6 +214,8 @@ def test_the_code_servers_command_and_probe_work(tmp_path):
     env.update({v["name"]: v["value"] for v in container["env"]})
     env["HOME"] = env["ML_ASSETS_HOME"] = str(tmp_path)  # the emptyDir mounted there
     env["DAGSTER_HOME"] = str(tmp_path)
+    # What the referenced Secrets hold (the chart never does): the studies' database URL.
+    env["ML_ASSETS_OPTUNA_STORAGE"] = "postgresql+psycopg://optuna@db.example/optuna"
     port = _free_port()
 
     def here(args: list[str]) -> list[str]:

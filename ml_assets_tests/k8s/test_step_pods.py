@@ -51,7 +51,10 @@ def k8s_env(tmp_path, kubeconfig_file):
     (models / "flights_delay.yaml").write_text(yaml.safe_dump(spec))
     env = {"ML_ASSETS_ENV": "k8s", "ML_ASSETS_HOME": str(tmp_path / "home"), "ML_ASSETS_MODELS_DIR": str(models),
            "MLFLOW_TRACKING_URI": "http://ml-assets-mlflow:5000", "ML_ASSETS_ARTIFACTS_URL": "s3://ml/artifacts",
-           "ML_ASSETS_CHECKPOINTS_URL": "s3://ml/checkpoints",
+           "ML_ASSETS_CHECKPOINTS_URL": "s3://ml/checkpoints", "ML_ASSETS_VERSION_STORE": "lakefs",
+           "ML_ASSETS_OPTUNA_STORAGE": "postgresql+psycopg://optuna@db.example/optuna",
+           "LAKEFS_ENDPOINT": "http://lakefs.lakefs:8000", "LAKEFS_STORAGE_NAMESPACE": "s3://ml/lakefs",
+           "LAKEFS_ACCESS_KEY_ID": "from-the-secret", "LAKEFS_SECRET_ACCESS_KEY": "from-the-secret",
            "ML_ASSETS_K8S_TRAINING_DEFAULTS": '{"node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"},'
                                               ' "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",'
                                               ' "effect": "NoSchedule"}]}'}
@@ -166,10 +169,14 @@ def test_multi_node_training_step_pod_only_launches_and_asks_for_no_gpu(k8s_env,
 
 
 def test_k8s_settings_name_what_is_wrong():
-    base = {"ML_ASSETS_ENV": "k8s", "MLFLOW_TRACKING_URI": "http://mlflow:5000",
-            "ML_ASSETS_ARTIFACTS_URL": "s3://b/a", "ML_ASSETS_CHECKPOINTS_URL": "s3://b/c"}
-    with pytest.raises(ValueError, match="ML_ASSETS_ENV=k8s needs MLFLOW_TRACKING_URI"):
+    base = {"ML_ASSETS_ENV": "k8s", "MLFLOW_TRACKING_URI": "http://mlflow:5000", "ML_ASSETS_VERSION_STORE": "lakefs",
+            "ML_ASSETS_ARTIFACTS_URL": "s3://b/a", "ML_ASSETS_CHECKPOINTS_URL": "s3://b/c",
+            "ML_ASSETS_OPTUNA_STORAGE": "postgresql+psycopg://optuna@db/optuna"}
+    with pytest.raises(ValueError, match="ML_ASSETS_ENV=k8s needs MLFLOW_TRACKING_URI, ML_ASSETS_ARTIFACTS_URL, "
+                       "ML_ASSETS_CHECKPOINTS_URL, ML_ASSETS_OPTUNA_STORAGE"):
         load_settings({"ML_ASSETS_ENV": "k8s"})
+    with pytest.raises(ValueError, match="ML_ASSETS_ENV=k8s needs ML_ASSETS_VERSION_STORE=lakefs"):
+        load_settings({**base, "ML_ASSETS_VERSION_STORE": "local"})
     with pytest.raises(ValueError, match="ML_ASSETS_K8S_TRAINING_DEFAULTS: not JSON"):
         load_settings({**base, "ML_ASSETS_K8S_TRAINING_DEFAULTS": "{node_selector"})
     settings = load_settings({**base, "ML_ASSETS_K8S_TRAINING_DEFAULTS": '{"tolerations": [{"operator": "Sometimes"}]}'})

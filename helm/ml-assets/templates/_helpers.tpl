@@ -53,14 +53,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - secretRef:
     name: {{ .Values.secrets.s3 }}
 {{- end }}
-{{- if and .Values.secrets.lakefs (eq .Values.versionStore.backend "lakefs") }}
 - secretRef:
     name: {{ .Values.secrets.lakefs }}
-{{- end }}
-{{- if .Values.secrets.optuna }}
 - secretRef:
     name: {{ .Values.secrets.optuna }}
-{{- end }}
 {{- end -}}
 
 {{/* The root filesystem is read-only: a process writes only to these. */}}
