@@ -121,14 +121,14 @@ def shm_volume(pod: TrainingPodSpec) -> dict[str, Any]:
     return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size}}
 
 
-def training_step_k8s_config(spec: ModelSpec, defaults: TrainingDefaults) -> dict[str, Any]:
+def training_step_k8s_config(spec: ModelSpec, defaults: TrainingDefaults, *, launches_only: bool | None = None) -> dict[str, Any]:
     """The training step's pod (per_step_k8s_config of its op), merged by dagster-k8s over
     :func:`step_k8s_config`: the spec's GPUs as ``nvidia.com/gpu`` limits, /dev/shm, placement.
 
     With nodes > 1 this pod only launches and watches the Indexed Job (ml_assets.k8s.launcher), so it
     asks for no GPU itself."""
     pod = spec.training.pod
-    single = spec.training.nodes == 1
+    single = not (spec.training.nodes > 1 if launches_only is None else launches_only)
     resources = training_resources(spec, defaults) if single else DEFAULT_STEP_RESOURCES
     config: dict[str, Any] = {
         "container_config": {
@@ -149,12 +149,18 @@ def training_op_name(spec: ModelSpec) -> str:
     return f"{spec.name}__trained_checkpoint"
 
 
+def tuning_op_name(spec: ModelSpec) -> str:
+    return f"{spec.name}__hyperparameters"
+
+
 def executor_config(specs: list[ModelSpec], defaults: TrainingDefaults, step_resources: dict | None = None) -> dict:
-    """The k8s_job_executor's config for the code location's specs."""
-    return {
-        "step_k8s_config": step_k8s_config(step_resources),
-        "per_step_k8s_config": {training_op_name(spec): training_step_k8s_config(spec, defaults) for spec in specs},
-    }
+    """The k8s_job_executor's config for the code location's specs. The tuning step runs its trials
+    (the same trainer) inside its own pod, so it gets a one-node training pod."""
+    per_step = {}
+    for spec in specs:
+        per_step[training_op_name(spec)] = training_step_k8s_config(spec, defaults)
+        per_step[tuning_op_name(spec)] = training_step_k8s_config(spec, defaults, launches_only=False)
+    return {"step_k8s_config": step_k8s_config(step_resources), "per_step_k8s_config": per_step}
 
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -77,7 +77,7 @@ def training_job_manifests(
     training = spec.training
     pod = training.pod
     labels = {"app.kubernetes.io/name": "ml-assets", "app.kubernetes.io/component": "training",
-              "ml-assets/model": spec.name, JOB_LABEL: name, **(labels or {})}
+              "ml-assets/component": "training", "ml-assets/model": spec.name, JOB_LABEL: name, **(labels or {})}
     threads = "1" if gpus_per_node(spec, defaults) else None
     container_env = [
         # The pod's index (0..nodes-1); torchrun's --local-addr names the pod by it.
