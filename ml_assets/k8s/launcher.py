@@ -38,6 +38,8 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
     """Where the training Job goes; default: the step pod's own namespace."""
     image: str | None = None
     """The training pods' image; default: the run's image (the code location's)."""
+    kubeconfig_file: str | None = None
+    """Talk to the cluster through this kubeconfig instead of the pod's service account (in-cluster)."""
     poll_seconds: float = 5.0
     pod_start_timeout_seconds: float = 1800.0
     """How long pod 0 may stay pending (a GPU node pool scaling up from zero) before the attempt fails."""
@@ -64,8 +66,12 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         import kubernetes
         from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
-        kubernetes.config.load_incluster_config()
-        core, batch = kubernetes.client.CoreV1Api(), kubernetes.client.BatchV1Api()
+        if self.kubeconfig_file:
+            client = kubernetes.config.new_client_from_config(self.kubeconfig_file)
+        else:
+            kubernetes.config.load_incluster_config()
+            client = kubernetes.client.ApiClient()
+        core, batch = kubernetes.client.CoreV1Api(client), kubernetes.client.BatchV1Api(client)
         namespace = self.namespace or _current_namespace()
         me = _this_pod(core, namespace)
         config_uri = f"{output_dir.rstrip('/')}/train_config.json"

@@ -1,30 +1,25 @@
 """Multi-node training: the Indexed Job and headless Service validate, and the pods' own command,
 run here as two processes with the rendezvous the manifests declare, trains to completion.
 
-No cluster runs here, so this test plays kubelet and cluster DNS, and nothing else: it resolves the
-container's env as Kubernetes would (the completion index from the pod annotation), expands
-``$(VAR)`` in the args as kubelet does, points the pods' DNS names (``<job>-<i>.<service>``) at
-loopback addresses (127.0.0.1 for pod 0, 127.0.0.2 for pod 1, like distinct pod IPs) and gives the
-emptyDir mounts temporary directories. The command, its arguments and the rendezvous are the
-manifest's. Pod 0's stderr is read as the step reads the pod's log, into a real Dagster Pipes
+No cluster runs here, so this test plays kubelet and cluster DNS, and nothing else
+(ml_assets_tests/k8s/kubelet.py). The command, its arguments and the rendezvous are the manifest's. Pod 0's stderr is read as the step reads the pod's log, into a real Dagster Pipes
 session of a real materialization.
 """
 
-import re
 import subprocess
-import sys
 
 import dagster as dg
 import yaml
 from dagster._core.pipes.utils import extract_message_or_forward_to_stdout
 from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
-from ml_assets.k8s.pods import HOME, TrainingDefaults
-from ml_assets.k8s.training_job import INDEX_ANNOTATION, job_name, training_job_manifests
+from ml_assets.k8s.pods import TrainingDefaults
+from ml_assets.k8s.training_job import job_name, training_job_manifests
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec
 from ml_assets_tests.conftest import cli_env
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
+from ml_assets_tests.k8s.kubelet import loopback_dns, pod_command, pod_env
 from ml_assets_tests.trainer.toy import free_port, toy_data, write_config
 
 NODES = 2
@@ -67,31 +62,6 @@ def test_the_indexed_job_and_its_service_validate_and_agree():
     assert pod["automountServiceAccountToken"] is False
 
 
-def _kubelet_env(container: dict, index: int, home) -> dict[str, str]:
-    env = {}
-    for var in container["env"]:
-        if "value" in var:
-            env[var["name"]] = var["value"]
-        else:
-            assert var["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.annotations['{INDEX_ANNOTATION}']"
-            env[var["name"]] = str(index)
-    assert env["HOME"] == env["ML_ASSETS_HOME"] == HOME
-    env["HOME"] = env["ML_ASSETS_HOME"] = str(home)  # the emptyDir mounted there
-    return env
-
-
-def _pod_command(container: dict, env: dict[str, str], dns: dict[str, str]) -> list[str]:
-    def expand(arg: str) -> str:  # kubelet's $(VAR) expansion
-        arg = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
-        for host, address in dns.items():
-            arg = arg.replace(f"={host}:", f"={address}:").replace(f"={host}", f"={address}")
-        return arg
-
-    command = [expand(a) for a in container["command"] + container["args"]]
-    assert command[0] == "python"
-    return [sys.executable, *command[1:]]
-
-
 def test_the_pods_command_trains_on_two_nodes_over_the_declared_rendezvous(tmp_path):
     port = free_port()
     spec = _spec(nodes=NODES, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": port})
@@ -112,11 +82,11 @@ def test_the_pods_command_trains_on_two_nodes_over_the_declared_rendezvous(tmp_p
             validate(job)
             name = job["metadata"]["name"]
             container = job["spec"]["template"]["spec"]["containers"][0]
-            dns = {f"{name}-{i}.{service['metadata']['name']}": f"127.0.0.{i + 1}" for i in range(NODES)}
+            dns = loopback_dns(name, service["metadata"]["name"], NODES)
             pods = []
             for index in range(NODES):
-                env = _kubelet_env(container, index, tmp_path / f"home-{index}")
-                pods.append(subprocess.Popen(_pod_command(container, env, dns), text=True,
+                env = pod_env(container, index, f"{name}-{index}", tmp_path / f"home-{index}")
+                pods.append(subprocess.Popen(pod_command(container, env, dns), text=True,
                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                              env=cli_env(**env)))
             for index, pod in enumerate(pods):
