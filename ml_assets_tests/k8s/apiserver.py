@@ -62,6 +62,7 @@ class FakeApiServer:
         self.pods: dict[str, Pod] = {step_pod["metadata"]["name"]: Pod(step_pod, None, None)}
         self.deleted: list[tuple[str, str]] = []
         self.created: dict[str, dict] = {}  # kind -> the last manifest created
+        self.requests: set[tuple[str, str, str]] = set()  # (RBAC verb, API group, resource) of each call
         self.lock = threading.Lock()
         server = self
 
@@ -82,7 +83,16 @@ class FakeApiServer:
             def _body(self) -> dict:
                 return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
 
+            def _record(self, method: str) -> None:
+                url = urlsplit(self.path)
+                m = re.fullmatch(r"/(?:api/v1|apis/(\w+)/v1)/namespaces/[^/]+/(\w+)(/[^/]+)?(?:/(\w+))?", url.path)
+                if m:
+                    group, resource, named, sub = m.group(1) or "", m.group(2), m.group(3), m.group(4)
+                    verb = {"POST": "create", "DELETE": "delete"}.get(method) or ("get" if named else "list")
+                    server.requests.add((verb, group, f"{resource}/{sub}" if sub else resource))
+
             def do_POST(self):
+                self._record("POST")
                 path = urlsplit(self.path).path
                 if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/services", path):
                     body = self._body()
@@ -95,6 +105,7 @@ class FakeApiServer:
                 self._send(404, _status(404, path))
 
             def do_GET(self):
+                self._record("GET")
                 url = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", url.path):
@@ -111,6 +122,7 @@ class FakeApiServer:
                 self._send(404, _status(404, url.path))
 
             def do_DELETE(self):
+                self._record("DELETE")
                 path = urlsplit(self.path).path
                 if m := re.fullmatch(r"/apis/batch/v1/namespaces/([^/]+)/jobs/([^/]+)", path):
                     found = server.delete_job(m.group(2))

@@ -109,12 +109,12 @@ def test_rbac_is_the_least_the_executor_and_training_launcher_need():
     [role] = by_kind(manifests, "Role").values()
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
     assert rules == {
-        (("batch",), ("jobs",)): {"create", "get", "list", "watch", "delete"},
+        (("batch",), ("jobs",)): {"create", "get", "list", "delete"},
         (("batch",), ("jobs/status",)): {"get"},
-        (("",), ("pods",)): {"get", "list", "watch"},
+        (("",), ("pods",)): {"get", "list", "delete"},
         (("",), ("pods/log",)): {"get"},
         (("",), ("events",)): {"list"},
-        (("",), ("services",)): {"create", "get", "delete"},
+        (("",), ("services",)): {"create", "delete"},
     }
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"])
     [binding] = by_kind(manifests, "RoleBinding").values()

@@ -98,6 +98,17 @@ def test_the_launcher_trains_on_an_indexed_job_streams_pod_0_and_deletes_what_it
                                             "valueFrom": {"secretKeyRef": {"name": "ml-assets-s3", "key": "k"}}}
     assert "DAGSTER_RUN_JOB_NAME" not in env and "DAGSTER_PIPES_CONTEXT" in env
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "ml-assets"
+    # Every call the launcher made is one the chart's Role allows its service account.
+    allowed = {(verb, group, resource) for rule in _chart_role()["rules"] for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert api.requests and api.requests <= allowed, api.requests - allowed
+
+
+def _chart_role() -> dict:
+    from ml_assets_tests.k8s.test_chart import VALUES, by_kind, render
+
+    [role] = by_kind(render(VALUES["default"]()), "Role").values()
+    return role
 
 
 def test_a_preempted_pod_fails_the_attempt_as_a_preemption_and_cleans_up(api, tmp_path):
