@@ -191,3 +191,19 @@ def test_k8s_settings_name_what_is_wrong():
     settings = load_settings({**base, "ML_ASSETS_K8S_TRAINING_DEFAULTS": '{"tolerations": [{"operator": "Sometimes"}]}'})
     with pytest.raises(K8sConfigError, match=r"ML_ASSETS_K8S_TRAINING_DEFAULTS: tolerations\.0\.operator"):
         TrainingDefaults.parse(settings.k8s_training_defaults)
+
+
+def test_on_kubernetes_torchrun_runs_one_process_per_gpu():
+    from ml_assets.k8s.launcher import KubernetesTorchrunLauncher
+    from ml_assets.spec import ModelSpec
+
+    raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
+    launcher = KubernetesTorchrunLauncher(training_defaults='{"gpus_per_node": 8}')
+    chart_default = ModelSpec.model_validate(raw)
+    raw["training"]["gpus_per_node"] = 2
+    own = ModelSpec.model_validate(raw)
+    raw["training"]["gpus_per_node"] = 0
+    cpu = ModelSpec.model_validate(raw)
+    assert [launcher.processes(s) for s in (chart_default, own, cpu)] == [8, 2, cpu.training.processes_per_node]
+    command = launcher.command("/tmp/train_config.json", launcher.processes(chart_default), 2)
+    assert "--standalone" in command and "--nproc_per_node=8" in command
