@@ -239,3 +239,14 @@ def test_the_code_servers_command_and_probe_work(tmp_path):
         out = server.communicate(timeout=30)[0]
     assert "Started Dagster code server" in out, out[-2000:]
     assert os.environ.get("ML_ASSETS_ENV") != "k8s"  # the server's environment was its own
+
+
+def test_the_render_script_a_reviewer_runs_checks_and_prints_the_manifests():
+    ok = subprocess.run([sys.executable, str(ROOT / "helm" / "render.py"), str(EXAMPLES / "values-gpu.yaml")],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert len(documents(ok.stdout)) == len(render(VALUES["gpu"]()))
+    refused = subprocess.run([sys.executable, str(ROOT / "helm" / "render.py"), str(EXAMPLES / "values-gpu.yaml"),
+                              "/dev/stdin"],
+                             input="training: {gpusPerNode: -2}\n", capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "/training/gpusPerNode" in refused.stderr
