@@ -1,5 +1,6 @@
 """Assembles the code location: one asset group per model spec, resources for the environment."""
 
+import json
 import os
 
 import dagster as dg
@@ -48,12 +49,23 @@ def tracking_resource(settings: Settings) -> MlflowTrackingResource:
 
 def launcher_resource(settings: Settings) -> TorchrunLauncher:
     if settings.kubernetes:
-        import json
-
         from ml_assets.k8s.launcher import KubernetesTorchrunLauncher
 
         return KubernetesTorchrunLauncher(training_defaults=json.dumps(settings.k8s_training_defaults or {}))
     return TorchrunLauncher()
+
+
+def tuning_resource(settings: Settings) -> TuningResource:
+    # A PostgreSQL URL carries a password: it stays in the environment, never in config.
+    storage = (dg.EnvVar("ML_ASSETS_OPTUNA_STORAGE") if os.environ.get("ML_ASSETS_OPTUNA_STORAGE")
+               else settings.optuna_storage)
+    if settings.kubernetes:  # trial workers are pods (ML_ASSETS_OPTUNA_STORAGE is required there)
+        from ml_assets.k8s.tuning import KubernetesTuningResource
+
+        return KubernetesTuningResource(storage_url=storage, workdir=str(settings.tuning_dir),
+                                        job_store_url=settings.artifacts_location,
+                                        training_defaults=json.dumps(settings.k8s_training_defaults or {}))
+    return TuningResource(storage_url=storage, workdir=str(settings.tuning_dir))
 
 
 def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
@@ -63,12 +75,7 @@ def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "checkpoints": CheckpointStoreResource(root=settings.checkpoints_location),
         "tracking": tracking_resource(settings),
         "launcher": launcher_resource(settings),
-        "tuning_store": TuningResource(
-            # A PostgreSQL URL carries a password: it stays in the environment, never in config.
-            storage_url=dg.EnvVar("ML_ASSETS_OPTUNA_STORAGE") if os.environ.get("ML_ASSETS_OPTUNA_STORAGE")
-            else settings.optuna_storage,
-            workdir=str(settings.tuning_dir),
-        ),
+        "tuning_store": tuning_resource(settings),
     }
 
 

@@ -9,19 +9,17 @@ the step pod, so Kubernetes removes it too if the step pod itself is killed.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from typing import Any
 
 import dagster as dg
 
+from ml_assets.k8s import api
 from ml_assets.k8s.pods import TrainingDefaults, processes_per_node
 from ml_assets.k8s.training_job import INDEX_ANNOTATION, JOB_LABEL, job_name, training_job_manifests
 from ml_assets.resources.training import TorchrunLauncher, TrainingOutcome
 from ml_assets.spec import ModelSpec
 
-NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Conditions Kubernetes sets on a pod it is taking away (preemption, eviction, node drain, taint).
 DISRUPTION_CONDITION = "DisruptionTarget"
 # A container waiting for one of these will not start without someone changing something.
@@ -63,17 +61,11 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
 
     def _train_indexed_job(self, context, spec: ModelSpec, config_path: str, output_dir: str) -> TrainingOutcome:
         import fsspec
-        import kubernetes
         from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
-        if self.kubeconfig_file:
-            client = kubernetes.config.new_client_from_config(self.kubeconfig_file)
-        else:
-            kubernetes.config.load_incluster_config()
-            client = kubernetes.client.ApiClient()
-        core, batch = kubernetes.client.CoreV1Api(client), kubernetes.client.BatchV1Api(client)
-        namespace = self.namespace or _current_namespace()
-        me = _this_pod(core, namespace)
+        core, batch = api.clients(self.kubeconfig_file)
+        namespace = self.namespace or api.current_namespace()
+        me = api.this_pod(core, namespace)
         config_uri = f"{output_dir.rstrip('/')}/train_config.json"
         with open(config_path, "rb") as src, fsspec.open(config_uri, "wb") as dst:
             dst.write(src.read())
@@ -84,13 +76,12 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                                    message_reader=reader) as session:
             pipes_env = [{"name": k, "value": v} for k, v in session.get_bootstrap_env_vars().items()]
             service, job = training_job_manifests(
-                spec, defaults, name=name, namespace=namespace, image=self.image or _run_image(context, me),
+                spec, defaults, name=name, namespace=namespace, image=self.image or api.run_image(context, me),
                 config_uri=config_uri, labels={"dagster/run-id": context.run_id},
-                env=[*_inherited_env(me), *pipes_env], env_from=_inherited_env_from(me),
+                env=[*api.inherited_env(me), *pipes_env], env_from=api.inherited_env_from(me),
                 service_account=me.spec.service_account_name if me else None)
-            if me is not None:  # garbage-collected with the step pod, whatever becomes of this process
-                owner = [{"apiVersion": "v1", "kind": "Pod", "name": me.metadata.name, "uid": me.metadata.uid}]
-                service["metadata"]["ownerReferences"] = job["metadata"]["ownerReferences"] = owner
+            if me is not None:
+                service["metadata"]["ownerReferences"] = job["metadata"]["ownerReferences"] = api.owner_reference(me)
             try:
                 core.create_namespaced_service(namespace, service)
                 batch.create_namespaced_job(namespace, job)
@@ -103,7 +94,7 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                 succeeded, disrupted = self._wait_for_job(batch, core, namespace, name)
                 logs.join(timeout=60)
             finally:
-                _delete(batch, core, namespace, name, context)
+                api.delete_job_and_service(batch, core, namespace, name, context)
         results = session.get_results()
         result = next((r for r in results if isinstance(r, dg.MaterializeResult)), None)
         messages = list(session.get_custom_messages())
@@ -124,7 +115,7 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                     if waiting is not None and waiting.reason in STUCK_REASONS:
                         raise dg.Failure(f"training Job {namespace}/{name}: pod {pod.metadata.name} cannot start: "
                                          f"{waiting.reason}: {waiting.message or ''}", allow_retries=False)
-            if _finished(batch.read_namespaced_job_status(name, namespace).status, "Failed"):
+            if api.finished(batch.read_namespaced_job_status(name, namespace).status, "Failed"):
                 raise dg.Failure(f"training Job {namespace}/{name} failed before pod 0 started "
                                  f"(`kubectl describe job -n {namespace} {name}`)")
             time.sleep(self.poll_seconds)
@@ -135,93 +126,14 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         """(succeeded, name of a pod Kubernetes took away or None) once the Job is finished."""
         while True:
             status = batch.read_namespaced_job_status(name, namespace).status
-            if _finished(status, "Complete"):
+            if api.finished(status, "Complete"):
                 return True, None
-            if _finished(status, "Failed"):
+            if api.finished(status, "Failed"):
                 for pod in core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}").items:
                     if any(c.type == DISRUPTION_CONDITION and c.status == "True" for c in pod.status.conditions or []):
                         return False, pod.metadata.name
                 return False, None
             time.sleep(self.poll_seconds)
-
-
-def _finished(status, kind: str) -> bool:
-    return any(c.type == kind and c.status == "True" for c in status.conditions or [])
-
-
-def _delete(batch, core, namespace: str, name: str, context) -> None:
-    import kubernetes
-
-    for what, call in (("Job", lambda: batch.delete_namespaced_job(name, namespace, propagation_policy="Background")),
-                       ("Service", lambda: core.delete_namespaced_service(name, namespace))):
-        try:
-            call()
-        except kubernetes.client.ApiException as exc:
-            if exc.status != 404:
-                context.log.warning(f"training: could not delete {what} {namespace}/{name} ({exc.status} {exc.reason}); "
-                                    "its owner reference removes it with the step pod")
-
-
-def _current_namespace() -> str:
-    try:
-        with open(NAMESPACE_FILE) as fh:
-            return fh.read().strip()
-    except OSError:
-        return os.environ.get("POD_NAMESPACE", "default")
-
-
-def _this_pod(core, namespace: str):
-    name = os.environ.get("HOSTNAME")
-    if not name:
-        return None
-    try:
-        return core.read_namespaced_pod(name, namespace)
-    except Exception:
-        return None
-
-
-def _main_container(pod):
-    return pod.spec.containers[0] if pod is not None and pod.spec.containers else None
-
-
-def _inherited_env(pod) -> list[dict[str, Any]]:
-    """The step pod's plain environment (settings, service locations); Dagster's own variables stay."""
-    container = _main_container(pod)
-    out = []
-    for var in (container.env or []) if container else []:
-        if var.name.startswith("DAGSTER_") or var.name in ("HOME", "ML_ASSETS_HOME"):
-            continue
-        if var.value_from is not None:
-            ref = var.value_from.secret_key_ref
-            if ref is None:
-                continue
-            out.append({"name": var.name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
-        else:
-            out.append({"name": var.name, "value": var.value or ""})
-    return out
-
-
-def _inherited_env_from(pod) -> list[dict[str, Any]]:
-    """The ConfigMaps and Secrets the step pod's environment comes from (referenced, never copied)."""
-    container = _main_container(pod)
-    out = []
-    for source in (container.env_from or []) if container else []:
-        if source.config_map_ref is not None:
-            out.append({"configMapRef": {"name": source.config_map_ref.name}})
-        elif source.secret_ref is not None:
-            out.append({"secretRef": {"name": source.secret_ref.name}})
-    return out
-
-
-def _run_image(context, pod) -> str:
-    origin = context.dagster_run.job_code_origin
-    image = origin.repository_origin.container_image if origin is not None else None
-    container = _main_container(pod)
-    image = image or (container.image if container is not None else None)
-    if not image:
-        raise dg.Failure("training on several nodes needs an image: set the launcher's image or run from the "
-                         "code location's image (DAGSTER_CURRENT_IMAGE)", allow_retries=False)
-    return image
 
 
 def _json(raw: str) -> dict:

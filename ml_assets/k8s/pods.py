@@ -154,12 +154,13 @@ def tuning_op_name(spec: ModelSpec) -> str:
 
 
 def executor_config(specs: list[ModelSpec], defaults: TrainingDefaults, step_resources: dict | None = None) -> dict:
-    """The k8s_job_executor's config for the code location's specs. The tuning step runs its trials
-    (the same trainer) inside its own pod, so it gets a one-node training pod."""
+    """The k8s_job_executor's config for the code location's specs. The tuning step's trial workers
+    are pods of their own (ml_assets.k8s.tuning): its pod only launches them, like a multi-node
+    training step's."""
     per_step = {}
     for spec in specs:
         per_step[training_op_name(spec)] = training_step_k8s_config(spec, defaults)
-        per_step[tuning_op_name(spec)] = training_step_k8s_config(spec, defaults, launches_only=False)
+        per_step[tuning_op_name(spec)] = training_step_k8s_config(spec, defaults, launches_only=True)
     return {"step_k8s_config": step_k8s_config(step_resources), "per_step_k8s_config": per_step}
 
 

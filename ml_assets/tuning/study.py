@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -61,8 +62,25 @@ class Job:
         return path
 
     @classmethod
-    def read(cls, path: Path) -> Job:
+    def read(cls, path: str | Path) -> Job:
+        """From a path or an fsspec URL (trial-worker pods read it from object storage)."""
+        if "://" in str(path):
+            import fsspec
+
+            with fsspec.open(str(path), "r") as fh:
+                return cls(**json.loads(fh.read()))
         return cls(**json.loads(Path(path).read_text()))
+
+    def storage_location(self) -> str:
+        """The storage URL; ``env:NAME`` (what a job written to object storage holds instead of a
+        URL with a password) is read from the worker's environment."""
+        if not self.storage_url.startswith("env:"):
+            return self.storage_url
+        name = self.storage_url.removeprefix("env:")
+        value = os.environ.get(name, "").strip()
+        if not value:
+            raise SystemExit(f"tuning worker: {name} is not set (the study's storage URL, from its Secret)")
+        return value
 
 
 def storage(url: str, heartbeat_seconds: int = 10, max_retries: int = 2) -> optuna.storages.RDBStorage:
@@ -88,7 +106,7 @@ def pruner(spec: dict[str, Any], max_epochs: int) -> optuna.pruners.BasePruner:
 
 def open_study(job: Job, *, create: bool = False) -> optuna.Study:
     sampler = optuna.samplers.TPESampler(seed=job.sampler_seed, n_startup_trials=job.startup_trials)
-    store = storage(job.storage_url, job.heartbeat_seconds, job.max_retries)
+    store = storage(job.storage_location(), job.heartbeat_seconds, job.max_retries)
     return optuna.create_study(storage=store, study_name=job.study_name, direction="minimize", sampler=sampler,
                                pruner=pruner(job.pruner, job.max_epochs), load_if_exists=True) if create else \
         optuna.load_study(study_name=job.study_name, storage=store, sampler=sampler,
@@ -135,6 +153,8 @@ def objective(job: Job, trial: optuna.Trial) -> float:
     from ml_assets.trainer.config import TrainConfig
 
     params = suggest(trial, job.space)
+    # Which worker ran it (the pod's name on Kubernetes): for reading a failed trial's logs.
+    trial.set_user_attr("worker", f"{os.environ.get('HOSTNAME') or socket.gethostname()}:{os.getpid()}")
     out = Path(job.workdir) / f"trial-{trial.number:04d}"
     out.mkdir(parents=True, exist_ok=True)
     epochs_file = out / "epochs.jsonl"
@@ -223,10 +243,10 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description="one worker of a tuning study")
-    parser.add_argument("job", help="the study's job.json, written by the hyperparameters asset")
+    parser.add_argument("job", help="the study's job.json (a path or an fsspec URL), written by the hyperparameters asset")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stops the running trial's trainer (finally)
-    run_worker(Job.read(Path(args.job)))
+    run_worker(Job.read(args.job))
 
 
 if __name__ == "__main__":

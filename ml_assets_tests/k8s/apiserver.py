@@ -55,8 +55,9 @@ class Pod:
 class FakeApiServer:
     """Serves the emulated API on 127.0.0.1; ``objects`` holds what was created and not deleted."""
 
-    def __init__(self, workdir: Path, step_pod: dict):
+    def __init__(self, workdir: Path, step_pod: dict, secrets: dict[str, dict[str, str]] | None = None):
         self.workdir = workdir
+        self.secrets = secrets or {}
         self.services: dict[str, dict] = {}
         self.jobs: dict[str, dict] = {}
         self.pods: dict[str, Pod] = {step_pod["metadata"]["name"]: Pod(step_pod, None, None)}
@@ -145,7 +146,8 @@ class FakeApiServer:
         template = job["spec"]["template"]
         container = template["spec"]["containers"][0]
         nodes = job["spec"]["completions"]
-        dns = loopback_dns(name, template["spec"]["subdomain"], nodes)
+        subdomain = template["spec"].get("subdomain")
+        dns = loopback_dns(name, subdomain, nodes) if subdomain else {}
         for index in range(nodes):
             pod_name = f"{name}-{index}-{secrets.token_hex(3)}"
             labels = {**template["metadata"]["labels"], "job-name": name, INDEX_ANNOTATION: str(index)}
@@ -153,14 +155,15 @@ class FakeApiServer:
                         "metadata": {"name": pod_name, "namespace": namespace, "labels": labels,
                                      "annotations": {INDEX_ANNOTATION: str(index)}},
                         "spec": {**template["spec"], "hostname": f"{name}-{index}"}}
-            env = pod_env(container, index, pod_name, self.workdir / pod_name)
+            env = pod_env(container, index, pod_name, self.workdir / pod_name, self.secrets)
+            env["HOSTNAME"] = f"{name}-{index}" if subdomain else pod_name  # as kubelet sets it
             log = self.workdir / f"{pod_name}.log"
             process = subprocess.Popen(pod_command(container, env, dns), stdout=log.open("w"),
                                        stderr=subprocess.STDOUT, env=cli_env(**env), start_new_session=True)
             self.pods[pod_name] = Pod(manifest, process, log)
 
     def job_pods(self, name: str) -> list[Pod]:
-        return [p for p in self.pods.values() if p.manifest["metadata"]["labels"].get("job-name") == name]
+        return [p for p in self.pods.values() if (p.manifest["metadata"].get("labels") or {}).get("job-name") == name]
 
     def job_status(self, job: dict) -> dict:
         pods = self.job_pods(job["metadata"]["name"])

@@ -16,15 +16,22 @@ from ml_assets.k8s.pods import HOME
 from ml_assets.k8s.training_job import INDEX_ANNOTATION
 
 
-def pod_env(container: dict, index: int, pod_name: str, home: Path) -> dict[str, str]:
+def pod_env(container: dict, index: int, pod_name: str, home: Path,
+            secrets: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
+    """``secrets``: the Secrets the namespace holds (name -> data); a reference to one not given
+    becomes a stand-in value naming it."""
+    secrets = secrets or {}
     env = {}
+    for source in container.get("envFrom") or []:  # ConfigMaps are not emulated; Secrets given are
+        if "secretRef" in source:
+            env.update(secrets.get(source["secretRef"]["name"], {}))
     for var in container.get("env") or []:
         if "value" in var:
             env[var["name"]] = var["value"]
             continue
-        if "secretKeyRef" in var["valueFrom"]:  # no Secrets here: a stand-in value naming the reference
+        if "secretKeyRef" in var["valueFrom"]:
             ref = var["valueFrom"]["secretKeyRef"]
-            env[var["name"]] = f"secret:{ref['name']}/{ref['key']}"
+            env[var["name"]] = secrets.get(ref["name"], {}).get(ref["key"], f"secret:{ref['name']}/{ref['key']}")
             continue
         field = var["valueFrom"]["fieldRef"]["fieldPath"]
         if field == f"metadata.annotations['{INDEX_ANNOTATION}']":

@@ -157,13 +157,13 @@ def test_other_step_pods_get_small_requests_and_no_gpu(k8s_env, kubeconfig_file)
     assert all(v["name"] != "dshm" for v in pod["volumes"])
 
 
-def test_the_tuning_step_pod_is_a_one_node_training_pod(k8s_env, kubeconfig_file):
+def test_the_tuning_step_pod_only_launches_its_trial_worker_pods(k8s_env, kubeconfig_file):
     job = _step_job(kubeconfig_file, "flights_delay_tune", "flights_delay__hyperparameters")
     validate(job)
     pod = job["spec"]["template"]["spec"]
     assert_restricted(pod, "tuning step pod")
-    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert any(v["name"] == "dshm" for v in pod["volumes"])
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"].get("limits", {})
+    assert pod["containers"][0]["resources"]["requests"]["cpu"] == "250m"
 
 
 def test_multi_node_training_step_pod_only_launches_and_asks_for_no_gpu(k8s_env, kubeconfig_file, tmp_path):

@@ -1,8 +1,6 @@
 import datetime as dt
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -104,17 +102,7 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
         context.log.info(f"hyperparameters: study {name} ({before}); {tuning.workers} worker(s) until "
                          f"{tuning.trials} trials are finished; train {train_days[0]}..{train_days[-1]}, "
                          f"validate {val_day}")
-        path = job.write(workdir / "job.json")
-        workers = [subprocess.Popen([sys.executable, "-m", "ml_assets.tuning.study", str(path)])
-                   for _ in range(tuning.workers)]
-        try:
-            codes = [w.wait() for w in workers]
-        except BaseException:
-            for w in workers:
-                w.terminate()
-            for w in workers:
-                w.wait()
-            raise
+        codes = tuning_store.run_workers(context, spec, job, tuning.workers)
         study = st.open_study(job)
         after = st.counts(study)
         complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
