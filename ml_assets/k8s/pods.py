@@ -144,6 +144,35 @@ def training_step_k8s_config(spec: ModelSpec, defaults: TrainingDefaults, *, lau
     return config
 
 
+def trainer_pod_spec(spec: ModelSpec, defaults: TrainingDefaults, container: dict[str, Any], *, restart_policy: str,
+                     grace_seconds: int, env_from: list[dict] | None = None,
+                     service_account: str | None = None) -> dict[str, Any]:
+    """The pod spec of pods the launchers create (training nodes, trial workers): the restricted
+    security context, the writable emptyDirs and /dev/shm, the spec's placement, no API token."""
+    pod = spec.training.pod
+    container = {
+        **container,
+        "env": [{"name": "ML_ASSETS_HOME", "value": HOME}, {"name": "HOME", "value": HOME},
+                {"name": "PYTHONUNBUFFERED", "value": "1"}, *container.get("env", [])],
+        "securityContext": CONTAINER_SECURITY_CONTEXT,
+        "volumeMounts": [*WRITABLE_MOUNTS, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+    }
+    if env_from:
+        container["envFrom"] = env_from
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "automountServiceAccountToken": False,  # they call no Kubernetes API
+        "securityContext": POD_SECURITY_CONTEXT,
+        "terminationGracePeriodSeconds": grace_seconds,
+        "containers": [container],
+        "volumes": [*WRITABLE_VOLUMES, shm_volume(pod)],
+        **training_placement(pod, defaults),
+    }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    return pod_spec
+
+
 def training_op_name(spec: ModelSpec) -> str:
     """The op name Dagster gives the ``<model>/trained_checkpoint`` asset (per_step_k8s_config's key)."""
     return f"{spec.name}__trained_checkpoint"

@@ -22,18 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from ml_assets.k8s.pods import (
-    CONTAINER_SECURITY_CONTEXT,
-    HOME,
-    POD_SECURITY_CONTEXT,
-    SHM_VOLUME,
-    WRITABLE_MOUNTS,
-    WRITABLE_VOLUMES,
     TrainingDefaults,
     dns_label,
     gpus_per_node,
     processes_per_node,
-    shm_volume,
-    training_placement,
+    trainer_pod_spec,
     training_resources,
 )
 from ml_assets.spec import ModelSpec
@@ -79,40 +72,25 @@ def training_job_manifests(
     labels = {"app.kubernetes.io/name": "ml-assets", "app.kubernetes.io/component": "training",
               "ml-assets/component": "training", "ml-assets/model": spec.name, JOB_LABEL: name, **(labels or {})}
     threads = "1" if gpus_per_node(spec, defaults) else None
-    container_env = [
-        # The pod's index (0..nodes-1); torchrun's --local-addr names the pod by it.
-        {"name": "NODE_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}},
-        {"name": "ML_ASSETS_HOME", "value": HOME}, {"name": "HOME", "value": HOME},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-        *([{"name": "OMP_NUM_THREADS", "value": threads}] if threads else []),
-        *(env or []),
-    ]
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image, "imagePullPolicy": image_pull_policy,
         "command": ["python", "-m", "torch.distributed.run"],
         "args": torchrun_args(spec, defaults, name, config_uri),
-        "env": container_env,
+        "env": [
+            # The pod's index (0..nodes-1); torchrun's --local-addr names the pod by it.
+            {"name": "NODE_INDEX",
+             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}},
+            *([{"name": "OMP_NUM_THREADS", "value": threads}] if threads else []),
+            *(env or []),
+        ],
         "ports": [{"name": "rendezvous", "containerPort": pod.rendezvous_port, "protocol": "TCP"}],
         "resources": training_resources(spec, defaults),
-        "securityContext": CONTAINER_SECURITY_CONTEXT,
-        "volumeMounts": [*WRITABLE_MOUNTS, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
-    if env_from:
-        container["envFrom"] = env_from
-    pod_spec: dict[str, Any] = {
-        "subdomain": name,  # <job>-<i>.<service> resolves to pod i
-        "restartPolicy": "Never",
-        # The trainer calls no Kubernetes API.
-        "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY_CONTEXT,
+    pod_spec = trainer_pod_spec(
+        spec, defaults, container, restart_policy="Never", env_from=env_from, service_account=service_account,
         # SIGTERM on preemption: the trainer checkpoints within its grace, then exits.
-        "terminationGracePeriodSeconds": int(training.checkpoint.preemption_grace_seconds) + 30,
-        "containers": [container],
-        "volumes": [*WRITABLE_VOLUMES, shm_volume(pod)],
-        **training_placement(pod, defaults),
-    }
-    if service_account:
-        pod_spec["serviceAccountName"] = service_account
+        grace_seconds=int(training.checkpoint.preemption_grace_seconds) + 30)
+    pod_spec["subdomain"] = name  # <job>-<i>.<service> resolves to pod i
     service = {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},

@@ -18,19 +18,7 @@ from typing import Any
 import dagster as dg
 
 from ml_assets.k8s import api
-from ml_assets.k8s.pods import (
-    CONTAINER_SECURITY_CONTEXT,
-    HOME,
-    POD_SECURITY_CONTEXT,
-    SHM_VOLUME,
-    WRITABLE_MOUNTS,
-    WRITABLE_VOLUMES,
-    TrainingDefaults,
-    dns_label,
-    gpus_per_node,
-    shm_volume,
-    training_placement,
-)
+from ml_assets.k8s.pods import TrainingDefaults, dns_label, gpus_per_node, trainer_pod_spec
 from ml_assets.resources.tuning import TuningResource
 from ml_assets.spec import ModelSpec
 
@@ -52,26 +40,12 @@ def tuning_job_manifest(spec: ModelSpec, defaults: TrainingDefaults, *, name: st
               "ml-assets/component": "tuning", "ml-assets/model": spec.name, JOB_LABEL: name}
     container = {
         "name": "trial-worker", "image": image, "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "ml_assets.tuning.study"], "args": [job_uri],
-        "env": [{"name": "ML_ASSETS_HOME", "value": HOME}, {"name": "HOME", "value": HOME},
-                {"name": "PYTHONUNBUFFERED", "value": "1"}, *(env or [])],
+        "command": ["python", "-m", "ml_assets.tuning.study"], "args": [job_uri], "env": env or [],
         "resources": {"requests": {"cpu": pod.cpu, "memory": pod.memory}, "limits": limits},
-        "securityContext": CONTAINER_SECURITY_CONTEXT,
-        "volumeMounts": [*WRITABLE_MOUNTS, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
-    if env_from:
-        container["envFrom"] = env_from
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "OnFailure",  # a crashed worker comes back; its trial is retried by heartbeat
-        "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY_CONTEXT,
-        "terminationGracePeriodSeconds": 30,
-        "containers": [container],
-        "volumes": [*WRITABLE_VOLUMES, shm_volume(pod)],
-        **training_placement(pod, defaults),
-    }
-    if service_account:
-        pod_spec["serviceAccountName"] = service_account
+    # A crashed worker comes back (OnFailure); the trial it was running is retried by heartbeat.
+    pod_spec = trainer_pod_spec(spec, defaults, container, restart_policy="OnFailure", grace_seconds=30,
+                                env_from=env_from, service_account=service_account)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
