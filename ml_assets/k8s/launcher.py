@@ -50,7 +50,7 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         return self.nproc_per_node or processes_per_node(spec, self.defaults())
 
     def defaults(self) -> TrainingDefaults:
-        return TrainingDefaults.parse(_json(self.training_defaults))
+        return TrainingDefaults.parse(self.training_defaults)
 
     def train(self, context: dg.AssetExecutionContext, spec: ModelSpec, config_path: str, output_dir: str) -> TrainingOutcome:
         if spec.training.nodes == 1:
@@ -134,9 +134,3 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                         return False, pod.metadata.name
                 return False, None
             time.sleep(self.poll_seconds)
-
-
-def _json(raw: str) -> dict:
-    import json
-
-    return json.loads(raw or "{}")

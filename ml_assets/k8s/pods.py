@@ -55,9 +55,10 @@ class TrainingDefaults(BaseModel):
     gpus_per_node: int = Field(default=0, ge=0, le=16, description="for specs that leave training.gpus_per_node unset")
 
     @classmethod
-    def parse(cls, raw: dict | None) -> TrainingDefaults:
+    def parse(cls, raw: dict | str | None) -> TrainingDefaults:
+        """From the settings' dict or the launchers' JSON config field."""
         try:
-            return cls.model_validate(raw or {})
+            return cls.model_validate_json(raw or "{}") if isinstance(raw, str) else cls.model_validate(raw or {})
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
             raise K8sConfigError(f"ML_ASSETS_K8S_TRAINING_DEFAULTS: {problems}") from None
@@ -103,10 +104,11 @@ def training_placement(pod: TrainingPodSpec, defaults: TrainingDefaults) -> dict
     return out
 
 
-def training_resources(spec: ModelSpec, defaults: TrainingDefaults) -> dict[str, Any]:
+def training_resources(spec: ModelSpec, defaults: TrainingDefaults, gpus: int | None = None) -> dict[str, Any]:
+    """A training-sized pod's requests and limits; ``gpus`` default: the spec's GPUs per node."""
     pod = spec.training.pod
     limits: dict[str, Any] = {"cpu": pod.cpu, "memory": pod.memory}
-    gpus = gpus_per_node(spec, defaults)
+    gpus = gpus_per_node(spec, defaults) if gpus is None else gpus
     if gpus:
         limits[defaults.gpu_resource] = str(gpus)  # extended resources: limits only
     return {"requests": {"cpu": pod.cpu, "memory": pod.memory}, "limits": limits}

@@ -18,7 +18,13 @@ from typing import Any
 import dagster as dg
 
 from ml_assets.k8s import api
-from ml_assets.k8s.pods import TrainingDefaults, dns_label, gpus_per_node, trainer_pod_spec
+from ml_assets.k8s.pods import (
+    TrainingDefaults,
+    dns_label,
+    gpus_per_node,
+    trainer_pod_spec,
+    training_resources,
+)
 from ml_assets.resources.tuning import TuningResource
 from ml_assets.spec import ModelSpec
 
@@ -31,17 +37,13 @@ def tuning_job_manifest(spec: ModelSpec, defaults: TrainingDefaults, *, name: st
                         env_from: list[dict] | None = None, service_account: str | None = None) -> dict[str, Any]:
     """The Indexed Job of ``workers`` trial-worker pods. Each pod is sized like a training pod, with
     one GPU per torchrun process of a trial when the model trains on GPUs."""
-    pod = spec.training.pod
     gpus = spec.tuning.processes_per_trial if gpus_per_node(spec, defaults) else 0
-    limits: dict[str, str] = {"cpu": pod.cpu, "memory": pod.memory}
-    if gpus:
-        limits[defaults.gpu_resource] = str(gpus)
     labels = {"app.kubernetes.io/name": "ml-assets", "app.kubernetes.io/component": "tuning",
               "ml-assets/component": "tuning", "ml-assets/model": spec.name, JOB_LABEL: name}
     container = {
         "name": "trial-worker", "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "ml_assets.tuning.study"], "args": [job_uri], "env": env or [],
-        "resources": {"requests": {"cpu": pod.cpu, "memory": pod.memory}, "limits": limits},
+        "resources": training_resources(spec, defaults, gpus),
     }
     # A crashed worker comes back (OnFailure); the trial it was running is retried by heartbeat.
     pod_spec = trainer_pod_spec(spec, defaults, container, restart_policy="OnFailure", grace_seconds=30,
@@ -79,7 +81,7 @@ class KubernetesTuningResource(TuningResource):
             fh.write(json.dumps(dataclasses.asdict(shared), indent=1, sort_keys=True))
         name = dns_label(f"{spec.name[:30]}-tune-{context.run_id[:8]}-{context.retry_number}", max_length=52)
         manifest = tuning_job_manifest(
-            spec, TrainingDefaults.parse(json.loads(self.training_defaults or "{}")), name=name, namespace=namespace,
+            spec, TrainingDefaults.parse(self.training_defaults), name=name, namespace=namespace,
             image=self.image or api.run_image(context, me), job_uri=job_uri, workers=workers,
             env=api.inherited_env(me), env_from=api.inherited_env_from(me),
             service_account=me.spec.service_account_name if me else None)
