@@ -8,8 +8,10 @@ jittered, distances scaled by up to ±2%, flight numbers offset per copy so the 
 unique. The same schema, generated from the bundled spec, validates them:
 
 - polars: ``build_schema`` (pandera's polars backend) on the polars DataFrame, as the snapshot runs it;
-- pandas: the same columns, dtypes, nullability, ranges, categories and unique keys declared with
-  pandera's pandas API, on the same rows converted to pandas (the conversion is not timed).
+- pandas: the same columns, dtypes, nullability, ranges and categories declared with pandera's
+  pandas API by the same function, the keys with pandera's own ``unique=`` (the polars schema
+  checks them with ``unique_keys``, a hash-and-sort pandera check), on the same rows converted to
+  pandas (the conversion is not timed).
 
 Then the whole of the snapshot's row checks (``schema_checks``: pandera plus the null fractions and
 the split into named checks) against ``build_features`` on the same rows (the joins with weather

@@ -34,14 +34,18 @@ def test_bad_values_fail_only_their_own_checks_with_counts(spec, day_rows):
     bad = day_rows.with_row_index("i").with_columns(
         pl.when(pl.col("i") < 3).then(pl.lit("ZZ")).otherwise(pl.col("carrier")).alias("carrier"),
         pl.when(pl.col("i") == 7).then(99).otherwise(pl.col("hour")).alias("hour"),
+        pl.when(pl.col("i").is_in([8, 9])).then(-1).when(pl.col("i") == 10).then(60)
+        .otherwise(pl.col("minute")).alias("minute"),
     ).drop("i")
     outcomes = schema_checks(spec.data_schema, bad)
     assert failed(outcomes) == {RANGES}
     ranges = outcomes[RANGES]
     assert "carrier: 3 rows outside the allowed categories" in ranges.summary
     assert "hour: 1 row above 23.0" in ranges.summary
-    assert sum(ranges.counts.values()) == 4
-    assert ranges.failing_rows.height == 4 and "failed" in ranges.failing_rows.columns
+    # one in_range(0, 59) check, reported by the side each value fell on
+    assert "minute: 2 rows below 0.0" in ranges.summary and "minute: 1 row above 59.0" in ranges.summary
+    assert sum(ranges.counts.values()) == 7
+    assert ranges.failing_rows.height == 7 and "failed" in ranges.failing_rows.columns
 
 
 def test_null_in_required_column_and_null_fraction(spec, day_rows):
@@ -75,3 +79,26 @@ def test_failing_rows_are_bounded(spec, day_rows):
     outcomes = schema_checks(spec.data_schema, day_rows.with_columns(pl.lit("ZZ").alias("carrier")))
     assert outcomes[RANGES].counts["carrier: isin(['9E', 'AA', 'AS', 'B6', 'DL', 'EV', 'F9', 'FL', 'HA', 'MQ', 'OO', 'UA', 'US', 'VX', 'WN', 'YV'])"] == day_rows.height
     assert outcomes[RANGES].failing_rows.height == MAX_FAILING_ROWS
+
+
+def test_unique_keys_check_agrees_with_polars_is_duplicated():
+    """The hash-and-sort key check flags exactly the rows polars' ``is_duplicated`` flags: many
+    duplicates, nulls in a key (equal to each other, as in pandera's own check), a missing key column."""
+    import numpy as np
+    from pandera.api.polars.types import PolarsData
+
+    from ml_assets.validation.schema import unique_keys
+
+    rng = np.random.default_rng(3)
+    frame = pl.DataFrame({
+        "a": rng.integers(0, 3000, 5000), "b": rng.choice(["x", "y", None], 5000),
+        "c": pl.Series(rng.integers(0, 30, 5000)).scatter(list(range(0, 5000, 7)), None),
+    })
+    for keys in (["a", "b", "c"], ["a", "c"], ["b"], ["a", "b", "missing"]):
+        got = unique_keys(keys)(PolarsData(frame.lazy(), "*")).collect().to_series()
+        present = [k for k in keys if k in frame.columns]
+        want = ~frame.select(present).is_duplicated()
+        assert got.to_list() == want.to_list(), keys
+        assert (~got).sum() > 0 and (keys == ["b"] or got.sum() > 0)  # both kinds of row occur
+    assert unique_keys(["missing"])(PolarsData(frame.lazy(), "*")) is True
+    assert unique_keys(["a"])(PolarsData(frame.head(0).lazy(), "*")).collect().height == 0
