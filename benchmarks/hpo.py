@@ -1,13 +1,14 @@
-"""Pruning's saving: the same number of trials with and without the spec's pruner (Hyperband).
+"""Pruning's saving: the same number of trials with and without the bundled spec's pruner.
 
 For each sampler seed, two studies on the bundled model's real features (the first days of 2013),
 run by the platform's own trial worker (``ml_assets.tuning.study``: the real trainer under
-torchrun, reporting validation loss per epoch): one with Hyperband, one without pruning. Measured:
+torchrun, reporting validation loss per epoch): one with the spec's pruner (``tuning.pruner``;
+``--pruner`` measures another kind with the spec's settings), one without pruning. Measured:
 the epochs trained with pruning divided by without (summed over seeds), and how far the pruned
 studies' best validation loss is from the unpruned ones', in standard deviations of the unpruned
 best over seeds.
 
-    python -m benchmarks.hpo [--quick]
+    python -m benchmarks.hpo [--quick] [--pruner hyperband|successive_halving|median]
 
 Ends with:
     RESULT hpo_epochs_ratio <pruned/unpruned epochs> goal <= 0.35
@@ -49,25 +50,28 @@ def run_study(inputs: dict, root: Path, seed: int, trials: int, max_epochs: int,
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds x 1 trial of 2 epochs: checks it runs")
+    parser.add_argument("--pruner", choices=["hyperband", "successive_halving", "median"],
+                        default=SPEC.tuning.pruner.kind, help="default: the bundled spec's")
     args = parser.parse_args(argv)
+    kind = args.pruner
     seeds, trials, max_epochs, days = ([0, 1], 1, 2, 3) if args.quick else ([0, 1, 2], 27, SPEC.tuning.max_epochs, 8)
     print(f"hpo: {len(seeds)} seeds x {trials} trials of up to {max_epochs} epochs, {days} training days; "
-          f"pruner {SPEC.tuning.pruner.kind} (min_resource {SPEC.tuning.pruner.min_resource}, reduction "
+          f"pruner {kind} (min_resource {SPEC.tuning.pruner.min_resource}, reduction "
           f"{SPEC.tuning.pruner.reduction_factor}) vs none", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-hpo-") as tmp:
         root = Path(tmp)
         inputs = bundled_inputs(root / "data", days)
-        results: dict[str, list[dict]] = {"hyperband": [], "none": []}
+        results: dict[str, list[dict]] = {kind: [], "none": []}
         for seed in seeds:
-            for kind in results:
-                r = run_study(inputs, root, seed, trials, max_epochs, kind)
-                results[kind].append(r)
-                print(f"  seed {seed} {kind:9} epochs {r['epochs']:4}  best val_loss {r['best']:.5f}  "
+            for name in results:
+                r = run_study(inputs, root, seed, trials, max_epochs, name)
+                results[name].append(r)
+                print(f"  seed {seed} {name:9} epochs {r['epochs']:4}  best val_loss {r['best']:.5f}  "
                       f"{r['counts']}  {r['seconds']:.0f} s", flush=True)
-    pruned = sum(r["epochs"] for r in results["hyperband"])
+    pruned = sum(r["epochs"] for r in results[kind])
     full = sum(r["epochs"] for r in results["none"])
     ratio = pruned / full
-    best_pruned = [r["best"] for r in results["hyperband"]]
+    best_pruned = [r["best"] for r in results[kind]]
     best_full = [r["best"] for r in results["none"]]
     spread = statistics.stdev(best_full) if len(best_full) > 1 else 0.0
     gap = statistics.mean(best_pruned) - statistics.mean(best_full)

@@ -113,6 +113,13 @@ def test_asof_join_never_reads_a_later_record(spec):
     assert again["temp"].to_list() == [None]
     other = _synthetic(rows.head(1), weather.with_columns(pl.lit("EWR").alias("origin")))
     assert build_lazy(spec, other.pop("rows"), other).collect()["temp"].to_list() == [None]  # by origin
+    # Rows sharing (origin, hour) pairs, out of time order, one without an origin: each keeps its
+    # place and gets its own pair's reading (the join runs on the distinct pairs); no origin, no reading.
+    mixed = pl.concat([rows.reverse(), rows, pl.DataFrame({"time_hour": ["2013-07-10T15:00:00Z"], "origin": [None]},
+                                                          schema=rows.schema)])
+    t = _synthetic(mixed, weather)
+    got = build_lazy(spec, t.pop("rows"), t).collect()
+    assert got["temp"].to_list() == [float(h - h % 2) for h in [*reversed(hours), *hours]] + [None]
 
 
 def test_rolling_reads_only_the_days_strictly_before(spec, tables, history):

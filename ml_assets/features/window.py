@@ -6,8 +6,8 @@ step reading Parquet lazily and sinking its result to Parquet.
 Two things keep memory flat: common-subplan elimination is off (the rolling aggregates and the as-of
 join read the rows a second time; with it on, the engine would hold the shared rows in memory, so
 the rows are read twice instead), and every Python step is elementwise, so it runs batch by batch.
-What stays in memory grows with the distinct keys (days x groups for rolling aggregates, one narrow
-sort for an as-of join), not with the row width.
+What stays in memory grows with the distinct keys (days x groups for rolling aggregates, distinct
+(keys, timestamp) pairs for an as-of join), not with the rows.
 """
 
 from __future__ import annotations
