@@ -102,3 +102,29 @@ def test_unique_keys_check_agrees_with_polars_is_duplicated():
         assert (~got).sum() > 0 and (keys == ["b"] or got.sum() > 0)  # both kinds of row occur
     assert unique_keys(["missing"])(PolarsData(frame.lazy(), "*")) is True
     assert unique_keys(["a"])(PolarsData(frame.head(0).lazy(), "*")).collect().height == 0
+
+
+@pytest.mark.parametrize("bad", [
+    "category", "range", "null", "duplicate", "dtype", "missing", "extra"])
+def test_the_one_pass_verdict_never_passes_what_pandera_fails(spec, day_rows, bad):
+    """``passes`` decides valid rows without pandera's per-check queries; on every kind of bad row
+    it must say False, so that pandera's own validation runs and reports."""
+    import pandera.polars as pa
+
+    from ml_assets.validation.schema import build_schema, passes
+
+    first = pl.int_range(pl.len()) == 0
+    frame = {
+        "category": lambda f: f.with_columns(pl.when(first).then(pl.lit("ZZ")).otherwise("carrier").alias("carrier")),
+        "range": lambda f: f.with_columns(pl.when(first).then(-5).otherwise("minute").alias("minute")),
+        "null": lambda f: f.with_columns(pl.when(first).then(None).otherwise("origin").alias("origin")),
+        "duplicate": lambda f: pl.concat([f, f.tail(1)]),
+        "dtype": lambda f: f.with_columns(pl.col("hour").cast(pl.Int32)),
+        "missing": lambda f: f.drop("dest"),
+        "extra": lambda f: f.with_columns(pl.lit(1).alias("surprise")),
+    }[bad](day_rows)
+    validator = build_schema(spec.data_schema)
+    assert passes(spec.data_schema, validator, day_rows) is True
+    assert passes(spec.data_schema, validator, frame) is False
+    with pytest.raises(pa.errors.SchemaErrors):
+        validator.validate(frame, lazy=True)
