@@ -34,20 +34,31 @@ def unique_keys(keys: list[str]):
     """
 
     def check(data) -> pl.LazyFrame | bool:
-        present = [k for k in keys if k in data.lazyframe.collect_schema().names()]
-        if not present:
+        frame = _key_frame(data.lazyframe, keys)
+        if frame is None or not _any_shared_hash(frame):
             return True
-        frame = data.lazyframe.select(present).collect()
         hashes = frame.hash_rows().to_numpy()
         ordered = np.sort(hashes)
         shared = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
         unique = np.ones(frame.height, dtype=bool)
-        if shared.size:
-            candidates = np.flatnonzero(np.isin(hashes, shared))
-            unique[candidates[frame[candidates].is_duplicated().to_numpy()]] = False
+        candidates = np.flatnonzero(np.isin(hashes, shared))
+        unique[candidates[frame[candidates].is_duplicated().to_numpy()]] = False
         return pl.LazyFrame({UNIQUE_KEYS: unique})
-
     return check
+
+
+def _key_frame(lazy: pl.LazyFrame, keys: list[str]) -> pl.DataFrame | None:
+    """The key columns the frame has (None if it has none of them)."""
+    present = [k for k in keys if k in lazy.collect_schema().names()]
+    return lazy.select(present).collect() if present else None
+
+
+def _any_shared_hash(frame: pl.DataFrame) -> bool:
+    """Whether two rows share a hash: always for duplicate rows, rarely (a collision) otherwise.
+    The hashes are sorted in place, the one copy the check makes."""
+    hashes = frame.hash_rows().to_numpy(writable=True)
+    hashes.sort()
+    return bool((hashes[1:] == hashes[:-1]).any())
 
 
 def build_schema(schema: DataSchema, api=pa, dtypes: dict | None = None):
@@ -176,6 +187,10 @@ def passes(schema: DataSchema, validator: pa.DataFrameSchema, frame: pl.DataFram
         for check in col.checks:
             reduce(check.get_backend(lazy)(check).apply(PolarsData(lazy, name)), check)
     for check in validator.checks:
+        if check.name == UNIQUE_KEYS:  # the verdict without building the check's row mask
+            frame_keys = _key_frame(lazy, schema.keys)
+            verdicts.append(frame_keys is None or not _any_shared_hash(frame_keys))
+            continue
         reduce(check.get_backend(lazy)(check).apply(PolarsData(lazy, "*")), check)
     if nonnull:
         queries.append(lazy.select(*(e.alias(f"n{i}") for i, e in enumerate(nonnull))))
