@@ -3,12 +3,14 @@
 For each sampler seed, two studies on the bundled model's real features (the first days of 2013),
 run by the platform's own trial worker (``ml_assets.tuning.study``: the real trainer under
 torchrun, reporting validation loss per epoch): one with the spec's pruner (``tuning.pruner``;
-``--pruner`` measures another kind with the spec's settings), one without pruning. Measured:
+``--pruner``, ``--min-resource``, ``--reduction-factor`` and ``--max-epochs`` measure other settings),
+one without pruning. Measured:
 the epochs trained with pruning divided by without (summed over seeds), and how far the pruned
 studies' best validation loss is from the unpruned ones', in standard deviations of the unpruned
 best over seeds.
 
     python -m benchmarks.hpo [--quick] [--pruner hyperband|successive_halving|median]
+                             [--min-resource N] [--reduction-factor N] [--max-epochs N]
 
 Ends with:
     RESULT hpo_epochs_ratio <pruned/unpruned epochs> goal <= 0.35
@@ -25,18 +27,21 @@ import time
 from pathlib import Path
 
 from benchmarks._training import SPEC, bundled_inputs, spec_training
+from ml_assets.spec import PrunerSpec
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.tuning import study as st
 
 
-def run_study(inputs: dict, root: Path, seed: int, trials: int, max_epochs: int, pruner_kind: str) -> dict:
+def run_study(inputs: dict, root: Path, seed: int, trials: int, max_epochs: int, pruner_kind: str,
+              pruner_settings: dict | None = None) -> dict:
     tuning = SPEC.tuning
     base = json.loads(TrainConfig(**inputs, output_dir="unused", **spec_training()).to_json())
     job = st.Job(
         model=SPEC.name, study_name=f"bench-{pruner_kind}-{seed}", storage_url=f"sqlite:///{root / 'optuna.db'}",
         base_config=base, space={k: v.model_dump(mode="json") for k, v in tuning.space.items()}, trials=trials,
         max_epochs=max_epochs, processes_per_trial=1, workdir=str(root / f"{pruner_kind}-{seed}"),
-        pruner={**tuning.pruner.model_dump(mode="json"), "kind": pruner_kind}, sampler_seed=seed,
+        pruner={**tuning.pruner.model_dump(mode="json"), **(pruner_settings or {}), "kind": pruner_kind},
+        sampler_seed=seed,
         startup_trials=tuning.startup_trials)
     st.open_study(job, create=True)
     started = time.perf_counter()
@@ -52,19 +57,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="2 seeds x 1 trial of 2 epochs: checks it runs")
     parser.add_argument("--pruner", choices=["hyperband", "successive_halving", "median"],
                         default=SPEC.tuning.pruner.kind, help="default: the bundled spec's")
+    parser.add_argument("--min-resource", type=int, help="epochs before the first rung (default: the spec's)")
+    parser.add_argument("--reduction-factor", type=int, help="default: the spec's")
+    parser.add_argument("--max-epochs", type=int, help="epochs of an unpruned trial (default: the spec's)")
     args = parser.parse_args(argv)
     kind = args.pruner
     seeds, trials, max_epochs, days = ([0, 1], 1, 2, 3) if args.quick else ([0, 1, 2], 27, SPEC.tuning.max_epochs, 8)
+    max_epochs = args.max_epochs or max_epochs
+    settings = PrunerSpec(**{**SPEC.tuning.pruner.model_dump(), "kind": kind,
+                             **{k: v for k, v in (("min_resource", args.min_resource),
+                                                  ("reduction_factor", args.reduction_factor)) if v is not None}})
     print(f"hpo: {len(seeds)} seeds x {trials} trials of up to {max_epochs} epochs, {days} training days; "
-          f"pruner {kind} (min_resource {SPEC.tuning.pruner.min_resource}, reduction "
-          f"{SPEC.tuning.pruner.reduction_factor}) vs none", flush=True)
+          f"pruner {kind} (min_resource {settings.min_resource}, reduction "
+          f"{settings.reduction_factor}) vs none", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-hpo-") as tmp:
         root = Path(tmp)
         inputs = bundled_inputs(root / "data", days)
         results: dict[str, list[dict]] = {kind: [], "none": []}
         for seed in seeds:
             for name in results:
-                r = run_study(inputs, root, seed, trials, max_epochs, name)
+                r = run_study(inputs, root, seed, trials, max_epochs, name, settings.model_dump(mode="json"))
                 results[name].append(r)
                 print(f"  seed {seed} {name:9} epochs {r['epochs']:4}  best val_loss {r['best']:.5f}  "
                       f"{r['counts']}  {r['seconds']:.0f} s", flush=True)
