@@ -40,9 +40,8 @@ def run_study(inputs: dict, root: Path, seed: int, trials: int, max_epochs: int,
         model=SPEC.name, study_name=f"bench-{pruner_kind}-{seed}", storage_url=f"sqlite:///{root / 'optuna.db'}",
         base_config=base, space={k: v.model_dump(mode="json") for k, v in tuning.space.items()}, trials=trials,
         max_epochs=max_epochs, processes_per_trial=1, workdir=str(root / f"{pruner_kind}-{seed}"),
-        pruner={**tuning.pruner.model_dump(mode="json"), **(pruner_settings or {}), "kind": pruner_kind},
-        sampler_seed=seed,
-        startup_trials=tuning.startup_trials)
+        pruner={**(pruner_settings or tuning.pruner.model_dump(mode="json")), "kind": pruner_kind},
+        sampler_seed=seed, startup_trials=tuning.startup_trials)
     st.open_study(job, create=True)
     started = time.perf_counter()
     st.run_worker(job)

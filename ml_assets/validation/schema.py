@@ -44,6 +44,7 @@ def unique_keys(keys: list[str]):
         candidates = np.flatnonzero(np.isin(hashes, shared))
         unique[candidates[frame[candidates].is_duplicated().to_numpy()]] = False
         return pl.LazyFrame({UNIQUE_KEYS: unique})
+
     return check
 
 
