@@ -33,7 +33,10 @@ def bundled_inputs(root: Path, train_days: int) -> dict:
     rows = flights.filter(day <= dt.date(2013, 1, 1) + dt.timedelta(days=train_days))
     tables = {"rows": rows, **{n: _bundled_table(t.table)[0] for n, t in SPEC.source.dimensions.items()}}
     features = build_features(SPEC, tables).frame.sort("__timestamp")
-    day_of = pl.col("__timestamp").cast(pl.String).str.slice(0, 10)  # ISO timestamps: the UTC day
+    # The day a flight belongs to is its local day (the spec's partitions), not its UTC day: split by
+    # UTC day, the "validation day" would be the previous evening's flights past midnight UTC.
+    day_of = (pl.col("__timestamp").str.to_datetime("%Y-%m-%dT%H:%M:%S%#z", time_zone="UTC")
+              .dt.convert_time_zone(SPEC.partitioning.timezone).dt.date())
     last = features.select(day_of.max()).item()
     train = features.filter(day_of < last)
     val = features.filter(day_of == last)

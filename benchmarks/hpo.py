@@ -10,7 +10,7 @@ studies' best validation loss is from the unpruned ones', in standard deviations
 best over seeds.
 
     python -m benchmarks.hpo [--quick] [--pruner hyperband|successive_halving|median]
-                             [--min-resource N] [--reduction-factor N] [--max-epochs N]
+                             [--min-resource N] [--reduction-factor N] [--max-epochs N] [--seeds N]
 
 Ends with:
     RESULT hpo_epochs_ratio <pruned/unpruned epochs> goal <= 0.35
@@ -59,9 +59,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-resource", type=int, help="epochs before the first rung (default: the spec's)")
     parser.add_argument("--reduction-factor", type=int, help="default: the spec's")
     parser.add_argument("--max-epochs", type=int, help="epochs of an unpruned trial (default: the spec's)")
+    parser.add_argument("--seeds", type=int, default=5, help="sampler seeds, each a pruned and an unpruned study")
     args = parser.parse_args(argv)
     kind = args.pruner
-    seeds, trials, max_epochs, days = ([0, 1], 1, 2, 3) if args.quick else ([0, 1, 2], 27, SPEC.tuning.max_epochs, 8)
+    seeds, trials, max_epochs, days = (([0, 1], 1, 2, 3) if args.quick
+                                       else (list(range(args.seeds)), 27, SPEC.tuning.max_epochs, 8))
     max_epochs = args.max_epochs or max_epochs
     settings = PrunerSpec(**{**SPEC.tuning.pruner.model_dump(), "kind": kind,
                              **{k: v for k, v in (("min_resource", args.min_resource),

@@ -194,7 +194,10 @@ def objective(job: Job, trial: optuna.Trial) -> float:
                 entry = json.loads(line)
                 value = float(entry["val_loss"])
                 best = min(best, value)
-                trial.report(value, int(entry["epoch"]))
+                # The pruner sees the trial's value as it would be if it stopped now (its best
+                # epoch so far), the same measure it is finally ranked by: a trial whose loss
+                # rises after a good epoch is not judged by its worse epoch.
+                trial.report(best, int(entry["epoch"]))
                 if client is not None:
                     client.log_metric(run_id, "val_loss", value, step=int(entry["epoch"]))
                     client.log_metric(run_id, "train_loss", float(entry["train_loss"]), step=int(entry["epoch"]))

@@ -27,7 +27,7 @@ def unique_keys(keys: list[str]):
 
     Exact, and about 4x faster on millions of rows than pandera's own ``unique=`` (which runs
     ``DataFrame.is_duplicated`` on the key columns, ~1 s for 10 million rows on two cores): the
-    rows' hashes are sorted (numpy's vectorized sort), and only rows whose hash another row shares
+    rows' hashes are sorted, and only rows whose hash another row shares
     (a real duplicate, or rarely a hash collision) are compared column by column. Nulls in a key
     compare equal, as in pandera's check. Key columns missing from the frame are left to the
     schema check, which reports them; the rest are still compared.
@@ -37,8 +37,9 @@ def unique_keys(keys: list[str]):
         frame = _key_frame(data.lazyframe, keys)
         if frame is None:
             return True
-        hashes = frame.hash_rows().to_numpy()
-        ordered = np.sort(hashes)
+        rows = frame.hash_rows()
+        hashes = rows.to_numpy()
+        ordered = rows.sort().to_numpy()  # polars' sort: about twice numpy's speed here
         shared = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
         unique = np.ones(frame.height, dtype=bool)
         if shared.size:
@@ -57,10 +58,10 @@ def _key_frame(lazy: pl.LazyFrame, keys: list[str]) -> pl.DataFrame | None:
 
 def _any_shared_hash(frame: pl.DataFrame) -> bool:
     """Whether two rows share a hash: always for duplicate rows, rarely (a collision) otherwise.
-    The verdict `passes` asks for: one copy of the hashes, sorted in place, no row mask."""
-    hashes = frame.hash_rows().to_numpy(writable=True)
-    hashes.sort()
-    return bool((hashes[1:] == hashes[:-1]).any())
+    The verdict `passes` asks for, with no row mask: polars' sort of the hashes (about twice as
+    fast as numpy's on 10 million, measured in docs/data-validation.md), then neighbours compared."""
+    hashes = frame.hash_rows().sort()
+    return bool((hashes.slice(1) == hashes.slice(0, max(hashes.len() - 1, 0))).any())
 
 
 def build_schema(schema: DataSchema, api=pa, dtypes: dict | None = None):

@@ -62,6 +62,13 @@ def test_one_worker_on_sqlite_prunes_and_records_every_trial(tmp_path):
     for t in study.get_trials():
         assert t.user_attrs["epochs"] == (4 if t.state.name == "COMPLETE" else len(t.intermediate_values))
         assert sorted(t.intermediate_values) == list(range(1, t.user_attrs["epochs"] + 1))
+        # The pruner sees the trial's best epoch so far, read from what the trainer logged.
+        logged = Path(j.workdir) / f"trial-{t.number:04d}" / "epochs.jsonl"
+        losses = [json.loads(line)["val_loss"] for line in logged.read_text().splitlines()]
+        seen = [t.intermediate_values[e] for e in sorted(t.intermediate_values)]
+        assert seen == pytest.approx([min(losses[:i + 1]) for i in range(len(seen))])
+        if t.state.name == "COMPLETE":
+            assert t.value == pytest.approx(min(losses))
     # Re-running continues the same study: it is finished, so nothing new runs.
     st.run_worker(j)
     assert len(st.open_study(j).get_trials()) == 6
