@@ -17,7 +17,7 @@ import polars as pl
 from ml_assets.features.build import build_features
 from ml_assets.features.state import fit_state, state_bytes
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import _bundled_table
+from ml_assets.sources import _bundled_table, local_day
 from ml_assets.spec import load_spec
 from ml_assets.trainer.config import TrainConfig
 from ml_assets_tests.trainer.toy import ref
@@ -35,8 +35,7 @@ def bundled_inputs(root: Path, train_days: int) -> dict:
     features = build_features(SPEC, tables).frame.sort("__timestamp")
     # The day a flight belongs to is its local day (the spec's partitions), not its UTC day: split by
     # UTC day, the "validation day" would be the previous evening's flights past midnight UTC.
-    day_of = (pl.col("__timestamp").str.to_datetime("%Y-%m-%dT%H:%M:%S%#z", time_zone="UTC")
-              .dt.convert_time_zone(SPEC.partitioning.timezone).dt.date())
+    day_of = local_day("__timestamp", features.schema["__timestamp"], SPEC.partitioning.timezone)
     last = features.select(day_of.max()).item()
     train = features.filter(day_of < last)
     val = features.filter(day_of == last)
