@@ -209,8 +209,14 @@ def passes(schema: DataSchema, validator: pa.DataFrameSchema, frame: pl.DataFram
             expr = _builtin_expression(check, name)
             if expr is None:
                 reduce(check.get_backend(lazy)(check).apply(PolarsData(lazy, name)), check)
+            elif check.name == "isin" and frame.schema[name] == pl.String:
+                # A row passes on its own value alone, so every row passes iff every distinct value does;
+                # on a category column, finding the distinct values costs less than is_in's lookup per
+                # row (0.165 s -> 0.123 s for the column pass on 10 million rows, docs/data-validation.md).
+                queries.append(lazy.select(pl.col(name).unique()).select(
+                    expr.fill_null(check.ignore_na).all().alias(f"u{len(queries)}")))
             else:
-                exprs.append(((expr | expr.is_null()) if check.ignore_na else expr.fill_null(False)).all())
+                exprs.append(expr.fill_null(check.ignore_na).all())  # null: passes if ignore_na, as in pandera
     for check in validator.checks:
         if check.name == UNIQUE_KEYS:  # the verdict without building the check's row mask
             frame_keys = _key_frame(lazy, schema.keys)

@@ -182,3 +182,25 @@ def test_integer_columns_are_checked_against_whole_number_bounds():
         build_schema(schema).validate(frame, lazy=True)
     failing = info.value.failure_cases.group_by("column").agg(pl.col("failure_case").cast(pl.Float64).cast(pl.Int64).sort())
     assert dict(failing.iter_rows()) == {"i": [0, 1, 5, 6], "f": [0, 1, 5, 6], "j": values}
+
+
+def test_the_one_pass_verdict_on_categories_matches_pandera():
+    """``passes`` judges a category column by its distinct values: nulls in a nullable column
+    pass, one unknown value among many rows fails, as pandera's own validation decides."""
+    import pandera.polars as pa
+
+    from ml_assets.spec import DataSchema
+    from ml_assets.validation.schema import build_schema, passes
+
+    schema = DataSchema.model_validate({"columns": {
+        "c": {"dtype": "string", "nullable": True, "allowed": ["a", "b"]},
+        "d": {"dtype": "string", "allowed": ["x"]}}, "keys": []})
+    validator = build_schema(schema)
+    good = pl.DataFrame({"c": ["a", None, "b"] * 1000, "d": ["x"] * 3000})
+    validator.validate(good, lazy=True)
+    assert passes(schema, validator, good) is True
+    for bad in (good.with_columns(pl.when(pl.int_range(pl.len()) == 1500).then(pl.lit("z")).otherwise("c").alias("c")),
+                good.with_columns(pl.when(pl.int_range(pl.len()) == 2999).then(pl.lit("")).otherwise("d").alias("d"))):
+        assert passes(schema, validator, bad) is False
+        with pytest.raises(pa.errors.SchemaErrors):
+            validator.validate(bad, lazy=True)
