@@ -181,10 +181,11 @@ def passes(schema: DataSchema, validator: pa.DataFrameSchema, frame: pl.DataFram
     half its time on valid rows); here the same checks are reduced to one boolean each and
     collected together: the column checks as the expressions pandera's own builtin check functions
     select (``_builtin_expression``), all in one ``select`` with nullability as pandera's
-    ``check_nullable`` decides it (null, or NaN in a float column); any other check through pandera's
-    check backend; the key check (``unique_keys``) as a sort of the rows' key hashes. Any doubt (a column, a dtype, a check that fails or returns something
-    else) returns False, and pandera's own validation then decides and gives the failure cases:
-    this can only skip pandera on rows it would pass.
+    ``check_nullable`` decides it (null, or NaN in a float column); any other check through
+    pandera's check backend; the key check (``unique_keys``) as a sort of the rows' key hashes.
+    Any doubt (a column, a dtype, a check that fails or returns something else) returns False, and
+    pandera's own validation then decides and gives the failure cases: this can only skip pandera
+    on rows it would pass.
     """
     if set(frame.columns) != set(validator.columns) if validator.strict else not set(validator.columns) <= set(frame.columns):
         return False
