@@ -11,6 +11,7 @@ import numpy as np
 import pandera.backends.polars.builtin_checks  # noqa: F401 - registers the checks' polars functions
 import pandera.polars as pa
 import polars as pl
+from pandera.api.function_dispatch import Dispatcher
 from pandera.api.polars.types import PolarsData
 from pandera.constants import CHECK_OUTPUT_KEY
 
@@ -254,7 +255,7 @@ def _builtin_expression(check, column: str) -> pl.Expr | None:
     ``ge & le``, ``isin``: ``is_in``, ...), so that every column check is evaluated in one ``select``
     instead of a query each. None for any other check (element-wise, custom, or a builtin that does
     more than one select of one expression): it then runs through pandera's check backend."""
-    if check.name not in _BUILTINS or check.element_wise or type(check._check_fn).__name__ != "Dispatcher":
+    if check.name not in _BUILTINS or check.element_wise or not isinstance(check._check_fn, Dispatcher):
         return None
     capture = _OneSelect()
     try:
