@@ -42,8 +42,7 @@ def unique_keys(keys: list[str]):
             return True
         row_hashes = frame.hash_rows()
         hashes = row_hashes.to_numpy()
-        ordered = row_hashes.sort().to_numpy()  # polars' sort: 2-4x numpy's speed here
-        shared = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+        shared = np.unique(_repeats(row_hashes.sort()).to_numpy())  # polars' sort: 2-4x numpy's speed here
         unique = np.ones(frame.height, dtype=bool)
         if shared.size:
             candidates = np.flatnonzero(np.isin(hashes, shared))
@@ -59,12 +58,17 @@ def _key_frame(lazy: pl.LazyFrame, keys: list[str]) -> pl.DataFrame | None:
     return lazy.select(present).collect() if present else None
 
 
+def _repeats(ordered: pl.Series) -> pl.Series:
+    """Of sorted hashes, each one equal to the hash before it."""
+    later = ordered.slice(1)
+    return later.filter(later == ordered.slice(0, max(ordered.len() - 1, 0)))
+
+
 def _any_shared_hash(frame: pl.DataFrame) -> bool:
     """Whether two rows share a hash: always for duplicate rows, rarely (a collision) otherwise.
     The verdict `passes` asks for, with no row mask: polars' sort of the hashes (about twice as
     fast as numpy's on 10 million, measured in docs/data-validation.md), then neighbours compared."""
-    hashes = frame.hash_rows().sort()
-    return bool((hashes.slice(1) == hashes.slice(0, max(hashes.len() - 1, 0))).any())
+    return _repeats(frame.hash_rows().sort()).len() > 0
 
 
 def build_schema(schema: DataSchema, api=pa, dtypes: dict | None = None):
@@ -199,8 +203,7 @@ def passes(schema: DataSchema, validator: pa.DataFrameSchema, frame: pl.DataFram
         if isinstance(out, bool):
             verdicts.append(out)
             return
-        result = pl.col(CHECK_OUTPUT_KEY)
-        result = (result | result.is_null()) if check.ignore_na else result.fill_null(False)
+        result = pl.col(CHECK_OUTPUT_KEY).fill_null(check.ignore_na)  # null: passes if ignore_na, as in pandera
         queries.append(out.select(result.all().alias(f"c{len(queries)}")))
 
     for name, col in validator.columns.items():
@@ -218,7 +221,7 @@ def passes(schema: DataSchema, validator: pa.DataFrameSchema, frame: pl.DataFram
                 queries.append(lazy.select(pl.col(name).unique()).select(
                     expr.fill_null(check.ignore_na).all().alias(f"u{len(queries)}")))
             else:
-                exprs.append(expr.fill_null(check.ignore_na).all())  # null: passes if ignore_na, as in pandera
+                exprs.append(expr.fill_null(check.ignore_na).all())
     for check in validator.checks:
         if check.name == UNIQUE_KEYS:  # the verdict without building the check's row mask
             frame_keys = _key_frame(lazy, schema.keys)
@@ -269,8 +272,11 @@ def _split_ranges(schema: DataSchema, cases: pl.DataFrame) -> pl.DataFrame:
     """An ``in_range(min, max)`` failure says which side it fell on: a value below the minimum is
     reported as failing ``greater_than_or_equal_to(min)``, above the maximum as failing
     ``less_than_or_equal_to(max)``, as if the two bounds had been two checks."""
-    bounded = [(n, float(low), str(low), str(high)) for n, (low, high) in
-               ((n, bounds(c)) for n, c in schema.columns.items()) if low is not None and high is not None]
+    bounded = []
+    for name, col in schema.columns.items():
+        low, high = bounds(col)
+        if low is not None and high is not None:
+            bounded.append((name, float(low), str(low), str(high)))
     if not bounded or cases.height == 0:
         return cases
     sides = pl.DataFrame(bounded, schema={"column": pl.String, "__min": pl.Float64, "__low": pl.String,
