@@ -204,3 +204,26 @@ def test_the_one_pass_verdict_on_categories_matches_pandera():
         assert passes(schema, validator, bad) is False
         with pytest.raises(pa.errors.SchemaErrors):
             validator.validate(bad, lazy=True)
+
+
+def test_the_one_pass_verdict_runs_other_checks_through_panderas_backend():
+    """A check that is not a single-select builtin (a custom column check, a dataframe check) is
+    still part of the verdict, through pandera's check backend, nulls passing where pandera's
+    ``ignore_na`` lets them."""
+    import pandera.polars as pa
+
+    from ml_assets.spec import DataSchema
+    from ml_assets.validation.schema import passes
+
+    schema = DataSchema.model_validate({"columns": {"x": {"dtype": "int64", "nullable": True}}, "keys": []})
+    validator = pa.DataFrameSchema(
+        {"x": pa.Column(pl.Int64, nullable=True,
+                        checks=[pa.Check(lambda d: d.lazyframe.select(pl.col(d.key) % 2 == 0), name="even")])},
+        checks=[pa.Check(lambda d: d.lazyframe.select(pl.col("x").sum() < 100), name="small_total")])
+    good = pl.DataFrame({"x": [2, None, 4]})
+    validator.validate(good, lazy=True)
+    assert passes(schema, validator, good) is True
+    for bad in (pl.DataFrame({"x": [2, None, 3]}), pl.DataFrame({"x": [2, None, 400]})):
+        assert passes(schema, validator, bad) is False
+        with pytest.raises(pa.errors.SchemaErrors):
+            validator.validate(bad, lazy=True)
