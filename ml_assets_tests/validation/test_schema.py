@@ -104,6 +104,30 @@ def test_unique_keys_check_agrees_with_polars_is_duplicated():
     assert unique_keys(["a"])(PolarsData(frame.head(0).lazy(), "*")).collect().height == 0
 
 
+def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec):
+    """The key hash (each key column's own hash, seeded per column, xor-ed): equal keys, nulls
+    included, always hash equal; values swapped between two key columns, or equal in both, do not
+    cancel out; and over the bundled year (336,776 rows, every key distinct) no two rows share a
+    hash, so the one-pass verdict never has to fall back to pandera on real data."""
+    from ml_assets.sources import _bundled_table
+    from ml_assets.validation.schema import _key_hashes, _shares_a_hash
+
+    frame = pl.DataFrame({"a": [1, 2, 1, None, None, 7, 7], "b": ["2", "1", "2", "x", "x", "7", "8"]})
+    hashes = _key_hashes(frame.lazy(), ["a", "b"]).to_list()
+    assert hashes[0] == hashes[2] and hashes[3] == hashes[4]  # duplicates, a null key included
+    assert len({hashes[0], hashes[1], hashes[3], hashes[5], hashes[6]}) == 5
+    numbers = pl.DataFrame({"a": [1, 2, 5, 6], "b": [2, 1, 5, 6]})  # swapped; equal within a row
+    assert len(set(_key_hashes(numbers.lazy(), ["a", "b"]).to_list())) == 4
+    assert _key_hashes(frame.lazy(), ["missing"]) is None
+
+    year, _ = _bundled_table("flights")
+    year_hashes = _key_hashes(year.lazy(), spec.data_schema.keys)
+    assert year.select(spec.data_schema.keys).is_duplicated().sum() == 0
+    assert year_hashes.n_unique() == year.height
+    assert _shares_a_hash(year_hashes) is False
+    assert _shares_a_hash(pl.concat([year_hashes, year_hashes.tail(1)])) is True
+
+
 @pytest.mark.parametrize("bad", [
     "category", "range", "null", "duplicate", "dtype", "missing", "extra"])
 def test_the_one_pass_verdict_never_passes_what_pandera_fails(spec, day_rows, bad):
@@ -185,25 +209,44 @@ def test_integer_columns_are_checked_against_whole_number_bounds():
 
 
 def test_the_one_pass_verdict_on_categories_matches_pandera():
-    """``passes`` judges a category column by its distinct values: nulls in a nullable column
-    pass, one unknown value among many rows fails, as pandera's own validation decides."""
+    """``passes`` judges a category column with a few allowed values by comparing each row with
+    each value, one with more by its distinct values: either way nulls in a nullable column pass,
+    one unknown value among many rows fails, as pandera's own validation decides."""
     import pandera.polars as pa
 
     from ml_assets.spec import DataSchema
-    from ml_assets.validation.schema import build_schema, passes
+    from ml_assets.validation.schema import FEW_CATEGORIES, build_schema, passes
 
+    many = [f"v{i}" for i in range(FEW_CATEGORIES + 1)]
     schema = DataSchema.model_validate({"columns": {
         "c": {"dtype": "string", "nullable": True, "allowed": ["a", "b"]},
-        "d": {"dtype": "string", "allowed": ["x"]}}, "keys": []})
+        "d": {"dtype": "string", "allowed": ["x"]},
+        "e": {"dtype": "string", "nullable": True, "allowed": many}}, "keys": []})
     validator = build_schema(schema)
-    good = pl.DataFrame({"c": ["a", None, "b"] * 1000, "d": ["x"] * 3000})
+    good = pl.DataFrame({"c": ["a", None, "b"] * 1000, "d": ["x"] * 3000, "e": (many + [None]) * 500})
     validator.validate(good, lazy=True)
     assert passes(schema, validator, good) is True
-    for bad in (good.with_columns(pl.when(pl.int_range(pl.len()) == 1500).then(pl.lit("z")).otherwise("c").alias("c")),
-                good.with_columns(pl.when(pl.int_range(pl.len()) == 2999).then(pl.lit("")).otherwise("d").alias("d"))):
+
+    def one(column: str, value: str, row: int) -> pl.DataFrame:
+        return good.with_columns(pl.when(pl.int_range(pl.len()) == row).then(pl.lit(value))
+                                 .otherwise(column).alias(column))
+
+    for bad in (one("c", "z", 1500), one("c", "ab", 0), one("d", "", 2999), one("d", "x ", 7),
+                one("e", "v", 1500), one("e", "A", 2999)):
         assert passes(schema, validator, bad) is False
         with pytest.raises(pa.errors.SchemaErrors):
             validator.validate(bad, lazy=True)
+    strict = pa.DataFrameSchema({  # ignore_na=False: a null is not an allowed value
+        "c": pa.Column(pl.String, nullable=True, checks=[pa.Check.isin(["a", "b"], ignore_na=False)]),
+        "d": pa.Column(pl.String, checks=[pa.Check.isin(["x"])]),
+        "e": pa.Column(pl.String, nullable=True, checks=[pa.Check.isin(many, ignore_na=False)])})
+    no_nulls = good.with_columns(pl.col("c").fill_null("a"), pl.col("e").fill_null("v0"))
+    strict.validate(no_nulls, lazy=True)
+    assert passes(schema, strict, no_nulls) is True
+    for frame in (good.with_columns(pl.col("e").fill_null("v0")), good.with_columns(pl.col("c").fill_null("a"))):
+        assert passes(schema, strict, frame) is False
+        with pytest.raises(pa.errors.SchemaErrors):
+            strict.validate(frame, lazy=True)
 
 
 def test_the_one_pass_verdict_runs_other_checks_through_panderas_backend():
