@@ -71,7 +71,7 @@ import yaml
 from ml_assets.definitions import build_definitions, local_resources
 from ml_assets.defs import BUILDERS
 from ml_assets.defs.common import STAGES, asset_key
-from ml_assets.launcher import WORKER_PRELOAD
+from ml_assets.launcher import DUMP_STACKS, PID_TAG, WORKER_PRELOAD
 from ml_assets.resources import TorchrunLauncher
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_specs
@@ -194,10 +194,34 @@ class DagsterRun:
     samples_per_s: float  # the trainer's own throughput, from its materialization
 
 
-def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str) -> DagsterRun:
+def stuck_run_report(instance: dg.DagsterInstance, run_id: str, env: dict[str, str]) -> str:
+    """What a run that did not finish was doing, for the benchmark's failure message (its files are
+    in a temporary directory that goes with the benchmark): its status and last events, every
+    thread's stack in its run worker (asked for with DUMP_STACKS), the worker's and the daemon's logs.
+    An unfinished run's worker is then killed with its process group (it leads one): nothing the
+    benchmark started outlives it."""
+    run = instance.get_run_by_id(run_id)
+    parts = [f"run {run_id}: {run.status.value}"]
+    parts += [f"  {e.dagster_event.event_type_value if e.dagster_event else 'log'}: {(e.message or '')[:200]}"
+              for e in list(instance.all_logs(run_id))[-15:]]
+    if PID_TAG in run.tags and not run.is_finished:  # then the worker and what it started go
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(run.tags[PID_TAG]), DUMP_STACKS)
+            time.sleep(3)  # the dump is written by the worker's signal handler
+            os.killpg(int(run.tags[PID_TAG]), signal.SIGKILL)
+    home = Path(env["DAGSTER_HOME"])
+    for log in [*sorted((home / "run_workers").glob(f"{run_id}.*.log")), home.parent / "daemon.log"]:
+        text = log.read_text(errors="replace") if log.exists() else "(none)"
+        parts.append(f"--- {log.name} (last 8000 characters) ---\n{text[-8000:]}")
+    return "\n".join(parts)
+
+
+def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str, timeout: float) -> DagsterRun:
     """A run of the daily job submitted to the production instance's queue (``dagster job launch``),
     launched by the daemon through ``ml_assets.launcher``: its wall time from submission to success,
-    each step's from the executor starting it to its success, and the time the run waited in the queue."""
+    each step's from the executor starting it to its success, and the time the run waited in the queue.
+    A run not finished within ``timeout`` seconds, or not successful, ends the benchmark with what it
+    was doing (``stuck_run_report``)."""
     config = Path(env["DAGSTER_HOME"]) / "run_config.yaml"  # this run's own checkpoint directory
     config.write_text(yaml.safe_dump({"resources": {"checkpoints": {"config": {"root": checkpoints}}}}))
     cli = subprocess.run([str(VENV_BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", f"{MODEL}_daily",
@@ -208,13 +232,14 @@ def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str) -> Dagste
     with environment(env), dg.DagsterInstance.get() as instance:
         record = instance.get_run_records(limit=1)[0]
         run_id = record.dagster_run.run_id
-        deadline = time.monotonic() + 1800
+        deadline = time.monotonic() + timeout
         while not (run := instance.get_run_by_id(run_id)).is_finished:
             if time.monotonic() > deadline:
-                raise SystemExit(f"run {run_id} did not finish within 30 minutes")
+                raise SystemExit(f"the run did not finish within {timeout:.0f} s\n"
+                                 + stuck_run_report(instance, run_id, env))
             time.sleep(0.2)
         if run.status != dg.DagsterRunStatus.SUCCESS:
-            raise SystemExit(f"run {run_id} ended {run.status.value}; its log is in $DAGSTER_HOME/run_workers")
+            raise SystemExit(f"the run ended {run.status.value}\n" + stuck_run_report(instance, run_id, env))
         steps: dict[str, float] = {}
         began: dict[str, float] = {}
         marks: dict[dg.DagsterEventType, float] = {}
@@ -291,7 +316,8 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
                 print(f"  plain functions: {sum(seconds.values()):6.1f} s (imports {seconds['imports']:.1f} s; "
                       f"trainer {samples_per_s:.0f} samples/s)", flush=True)
             else:
-                run = dagster_graph(env, GRAPH_DAY, checkpoints)
+                # --quick: well inside the 600 s its test gives the whole benchmark (one run takes ~15 s)
+                run = dagster_graph(env, GRAPH_DAY, checkpoints, timeout=300 if quick else 1800)
                 through.append(run)
                 print(f"  through Dagster: {run.wall:6.1f} s (queued {run.queued:.1f} s, worker start "
                       f"{run.worker_start:.1f} s, executing {run.executing:.1f} s; trainer {run.samples_per_s:.0f} samples/s)"

@@ -32,6 +32,7 @@ Select it in dagster.yaml (deploy/production/dagster.yaml)::
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -61,8 +62,12 @@ STARTED_TAG = "ml_assets/run_worker_started"  # the process's start time in cloc
 
 
 # Installed libraries only (never the project's code, which must be read fresh for every run): what
-# a run worker and the stages import, ~12 s of CPU once per server instead of in every run. No
-# thread is started by these imports, so forking after them is safe.
+# a run worker and the stages import, ~12 s of CPU once per server instead of in every run. They
+# start no Python thread, but native ones idle in the server when it forks (jemalloc's background
+# threads in polars and pyarrow, polars' out-of-core cleaner, numpy's and scipy's OpenBLAS workers):
+# a forked worker has none of them and starts its own as it computes (a worker forked from the
+# server validates real days, ml_assets_tests/production/test_launcher.py). Nothing computes in the
+# server itself.
 # The submodules matter: torch.distributed.checkpoint (~0.9 s: DTensor, sympy) and matplotlib's Agg
 # canvas (~0.7 s) are what the training and evaluation steps' own modules pull in.
 WORKER_PRELOAD = ("dagster._cli", "dagster._cli.api", "dagster._daemon.cli", "dagster_postgres", "dagster_pipes",
@@ -79,14 +84,28 @@ def _forkserver_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def _run_worker(argv: list[str], log_path: str) -> None:
-    """A run worker forked from the launcher's server: its own session (so its process group can be
-    killed), output to the log, then exactly what ``dagster api execute_run`` does."""
+# A run worker writes every thread's stack to its log on this signal (`kill -USR1 <pid>`, the pid in
+# the run's tag ml_assets/run_worker_pid): what a run that stopped making progress is waiting on.
+DUMP_STACKS = signal.SIGUSR1
+
+
+def worker_setup(log_path: str) -> None:
+    """What a run worker forked from the launcher's server does first: its own session (so its
+    process group can be killed), output to the log, and every thread's stack there on a crash or on
+    ``DUMP_STACKS``."""
     os.setsid()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(DUMP_STACKS, file=sys.stderr, all_threads=True)
+
+
+def _run_worker(argv: list[str], log_path: str) -> None:
+    """A run worker forked from the launcher's server: ``worker_setup``, then exactly what
+    ``dagster api execute_run`` does."""
+    worker_setup(log_path)
     from dagster._cli import main
 
     sys.argv = ["dagster", *argv]

@@ -1,0 +1,59 @@
+"""A run worker as the production launcher forks it (ml_assets.launcher): from a server that imported
+the installed libraries (WORKER_PRELOAD), with ``worker_setup``'s log and stack dumps."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import time
+from pathlib import Path
+
+from ml_assets.launcher import DUMP_STACKS, _forkserver_context, worker_setup
+from ml_assets_tests.conftest import BUNDLED_SPEC
+
+DAYS = [dt.date(2013, 3, 18), dt.date(2013, 3, 19), dt.date(2013, 3, 20)]
+VALIDATED = "validated every day"
+
+
+def _validate_then_wait(log_path: str) -> None:
+    """The forked worker: validates real days as the snapshot step does (the key check's sort on a
+    thread of its own, polars' pool, its streaming engine), then waits to be asked for its stacks."""
+    worker_setup(log_path)
+    from ml_assets.sources import ROWS, read_day
+    from ml_assets.spec import load_spec
+    from ml_assets.validation.schema import schema_checks
+
+    spec = load_spec(BUNDLED_SPEC)
+    for day in DAYS:
+        outcomes = schema_checks(spec.data_schema, read_day(spec, day).tables[ROWS])
+        assert all(o.passed for o in outcomes.values()), {k: o.summary for k, o in outcomes.items()}
+    print(VALIDATED, flush=True)
+    time.sleep(120)
+
+
+def wait_for_text(path: Path, text: str, timeout: float, what: str) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = path.read_text() if path.exists() else ""
+        if text in log:
+            return log
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout:.0f} s; the worker's log:\n{log[-3000:]}")
+
+
+def test_a_forked_run_worker_validates_real_days_and_dumps_its_stacks_on_request(tmp_path):
+    log = tmp_path / "worker.log"
+    worker = _forkserver_context().Process(target=_validate_then_wait, args=(str(log),))
+    worker.start()
+    try:
+        wait_for_text(log, VALIDATED, 120, "the forked worker did not validate three real days")
+        assert os.getpgid(worker.pid) == worker.pid, "the worker leads its own process group"
+        os.kill(worker.pid, DUMP_STACKS)
+        dump = wait_for_text(log, "(most recent call first)", 30, "no stack dump on SIGUSR1")
+        assert "in _validate_then_wait" in dump.split(VALIDATED)[1], "the dump names where the worker waits"
+        assert worker.is_alive(), "the stack dump must not end the worker"
+    finally:
+        worker.kill()
+        worker.join(30)
+    assert worker.exitcode == -signal.SIGKILL
