@@ -104,20 +104,31 @@ def test_unique_keys_check_agrees_with_polars_is_duplicated():
     assert unique_keys(["a"])(PolarsData(frame.head(0).lazy(), "*")).collect().height == 0
 
 
-def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec):
-    """The key hash (each key column's own hash, seeded per column, xor-ed): equal keys, nulls
-    included, always hash equal; values swapped between two key columns, or equal in both, do not
-    cancel out; and over the bundled year (336,776 rows, every key distinct) no two rows share a
-    hash, so the one-pass verdict never has to fall back to pandera on real data."""
+@pytest.mark.parametrize("numpy_sort", [True, False], ids=["numpy sort", "polars sort"])
+def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec, monkeypatch, numpy_sort):
+    """The key hash (the integer key columns folded into one word and hashed, every other key column
+    hashed with its own seed, xor-ed): equal keys, nulls included, always hash equal; values swapped
+    between two key columns, or equal in both, do not cancel out; keys that differ in one integer
+    column, whatever its width or sign, hash apart; and over the bundled year (336,776 rows, every key
+    distinct) no two rows share a hash, so the one-pass verdict never has to fall back to pandera on
+    real data. Both sorts the duplicate test may use (numpy's where it is the faster here) agree."""
     from ml_assets.sources import _bundled_table
-    from ml_assets.validation.schema import _key_hashes, _shares_a_hash
+    from ml_assets.validation import schema
+    from ml_assets.validation.schema import _key_hashes, _shared_hashes, _shares_a_hash
 
+    monkeypatch.setattr(schema, "CHOOSE_SORT_FROM", 0)  # the year is smaller than where the choice starts
+    monkeypatch.setattr(schema, "_numpy_sorts_faster", lambda: numpy_sort)
     frame = pl.DataFrame({"a": [1, 2, 1, None, None, 7, 7], "b": ["2", "1", "2", "x", "x", "7", "8"]})
     hashes = _key_hashes(frame.lazy(), ["a", "b"]).to_list()
     assert hashes[0] == hashes[2] and hashes[3] == hashes[4]  # duplicates, a null key included
     assert len({hashes[0], hashes[1], hashes[3], hashes[5], hashes[6]}) == 5
-    numbers = pl.DataFrame({"a": [1, 2, 5, 6], "b": [2, 1, 5, 6]})  # swapped; equal within a row
-    assert len(set(_key_hashes(numbers.lazy(), ["a", "b"]).to_list())) == 4
+    for dtype in (pl.Int64, pl.Int8, pl.UInt64):  # only integer columns: all in the fold
+        numbers = pl.DataFrame({"a": [1, 2, 5, 6, 0, 1, None, None], "b": [2, 1, 5, 6, 0, 2, 3, 3]},
+                               schema={"a": dtype, "b": dtype})  # swapped; equal within a row; nulls
+        folded = _key_hashes(numbers.lazy(), ["a", "b"]).to_list()
+        assert len(set(folded[:5])) == 5 and folded[5] == folded[0] and folded[6] == folded[7], dtype
+    signed = pl.DataFrame({"a": [-1, 1, -(2**63), 2**63 - 1], "b": [0, 0, 0, 0]})
+    assert len(set(_key_hashes(signed.lazy(), ["a", "b"]).to_list())) == 4
     assert _key_hashes(frame.lazy(), ["missing"]) is None
 
     year, _ = _bundled_table("flights")
@@ -125,7 +136,22 @@ def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec)
     assert year.select(spec.data_schema.keys).is_duplicated().sum() == 0
     assert year_hashes.n_unique() == year.height
     assert _shares_a_hash(year_hashes) is False
-    assert _shares_a_hash(pl.concat([year_hashes, year_hashes.tail(1)])) is True
+    repeated = pl.concat([year_hashes, year_hashes.tail(1), year_hashes.head(2), year_hashes.head(1)])
+    assert _shares_a_hash(repeated) is True
+    expected = sorted(set(year_hashes.head(2).to_list()) | set(year_hashes.tail(1).to_list()))
+    before = repeated.to_list()
+    for one_core in (True, False):
+        assert _shared_hashes(repeated, one_core=one_core).tolist() == expected
+    assert repeated.to_list() == before  # sorted as a copy: unique_keys still needs the rows' order
+
+
+def test_the_faster_sort_is_measured_once_per_process():
+    from ml_assets.validation.schema import _numpy_sorts_faster
+
+    _numpy_sorts_faster.cache_clear()
+    first = _numpy_sorts_faster()
+    assert isinstance(first, bool)
+    assert _numpy_sorts_faster() is first and _numpy_sorts_faster.cache_info().hits == 1
 
 
 @pytest.mark.parametrize("bad", [
