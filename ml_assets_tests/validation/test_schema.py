@@ -106,7 +106,7 @@ def test_unique_keys_check_agrees_with_polars_is_duplicated():
 
 @pytest.mark.parametrize("numpy_sort", [True, False], ids=["numpy sort", "polars sort"])
 def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec, monkeypatch, numpy_sort):
-    """The key hash (the integer key columns folded into one word and hashed, every other key column
+    """The key hash (the integer key columns folded into one 64-bit word, every other key column
     hashed with its own seed, xor-ed): equal keys, nulls included, always hash equal; values swapped
     between two key columns, or equal in both, do not cancel out; keys that differ in one integer
     column, whatever its width or sign, hash apart; and over the bundled year (336,776 rows, every key
@@ -143,15 +143,6 @@ def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec,
     for one_core in (True, False):
         assert _shared_hashes(repeated, one_core=one_core).tolist() == expected
     assert repeated.to_list() == before  # sorted as a copy: unique_keys still needs the rows' order
-
-
-def test_the_faster_sort_is_measured_once_per_process():
-    from ml_assets.validation.schema import _numpy_sorts_faster
-
-    _numpy_sorts_faster.cache_clear()
-    first = _numpy_sorts_faster()
-    assert isinstance(first, bool)
-    assert _numpy_sorts_faster() is first and _numpy_sorts_faster.cache_info().hits == 1
 
 
 @pytest.mark.parametrize("bad", [
