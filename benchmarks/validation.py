@@ -127,11 +127,11 @@ def measure(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, Step]:
                 seconds = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_SELF)
             taken[name].append((seconds, mem.mib, after.ru_minflt - before.ru_minflt, after.ru_stime - before.ru_stime))
-    return {name: Step(seconds=statistics.median(t[0] for t in runs_),
-                       peak_mib=max(t[1] for t in runs_),
-                       faults=int(statistics.median(t[2] for t in runs_)),
-                       system=statistics.median(t[3] for t in runs_))
-            for name, runs_ in taken.items()}
+    return {name: Step(seconds=statistics.median(t[0] for t in samples),
+                       peak_mib=max(t[1] for t in samples),
+                       faults=int(statistics.median(t[2] for t in samples)),
+                       system=statistics.median(t[3] for t in samples))
+            for name, samples in taken.items()}
 
 
 def main() -> None:
