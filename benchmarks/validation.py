@@ -117,7 +117,7 @@ def measure(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, Step]:
     """Median seconds, largest peak memory (MiB), and median page faults and system time of each
     function, the functions taking turns run by run (a slow spell of this shared machine then hits
     all of them, not one)."""
-    taken: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in fns}
+    taken: dict[str, list[Step]] = {name: [] for name in fns}
     for _ in range(runs):
         for name, fn in fns.items():
             with PeakRSS() as mem:
@@ -126,11 +126,11 @@ def measure(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, Step]:
                 fn()
                 seconds = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_SELF)
-            taken[name].append((seconds, mem.mib, after.ru_minflt - before.ru_minflt, after.ru_stime - before.ru_stime))
-    return {name: Step(seconds=statistics.median(t[0] for t in samples),
-                       peak_mib=max(t[1] for t in samples),
-                       faults=int(statistics.median(t[2] for t in samples)),
-                       system=statistics.median(t[3] for t in samples))
+            taken[name].append(Step(seconds, mem.mib, after.ru_minflt - before.ru_minflt, after.ru_stime - before.ru_stime))
+    return {name: Step(seconds=statistics.median(s.seconds for s in samples),
+                       peak_mib=max(s.peak_mib for s in samples),
+                       faults=int(statistics.median(s.faults for s in samples)),
+                       system=statistics.median(s.system for s in samples))
             for name, samples in taken.items()}
 
 
