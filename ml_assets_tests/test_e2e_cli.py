@@ -289,7 +289,7 @@ def test_unchanged_day_is_idempotent_and_bad_rows_never_reach_main(home, tmp_pat
     assert proc.returncode != 0
     output = proc.stderr + proc.stdout
     assert "model flights_delay, partition 2013-05-02: 1 blocking check(s) failed: check ranges_and_categories: " \
-           "carrier: 4 rows outside the allowed categories" in output
+           "carrier: 4 rows outside the allowed categories ('ZZ')" in output
 
     assert store.branch_head("flights-delay", "main") == main_before
     assert latest_metadata(instance, "validated_snapshot", bad) is None

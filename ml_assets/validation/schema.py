@@ -190,7 +190,32 @@ def _kind(check: str) -> str:
     return RANGES
 
 
-def _describe(column: str | None, check: str, count: int) -> str:
+# A failure's summary names up to this many of the values that failed (each cut to _VALUE_CHARS).
+_EXAMPLES = 3
+_VALUE_CHARS = 40
+
+
+def _shown(value: str | None) -> str:
+    if value is None:
+        return "null"
+    return repr(value if len(value) <= _VALUE_CHARS else value[:_VALUE_CHARS] + "…")
+
+
+def _describe(column: str | None, check: str, count: int, values: list[str | None] | None = None) -> str:
+    text = _describe_count(column, check, count)
+    if not values:
+        return text
+    if check.startswith("greater_than_or_equal_to("):
+        return f"{text} (lowest {values[0]})"
+    if check.startswith("less_than_or_equal_to("):
+        return f"{text} (highest {values[0]})"
+    if check.startswith("isin("):
+        shown = ", ".join(_shown(v) for v in values[:_EXAMPLES])
+        return f"{text} ({shown}{', …' if len(values) > _EXAMPLES else ''})"
+    return text
+
+
+def _describe_count(column: str | None, check: str, count: int) -> str:
     rows = f"{count} row{'s' if count != 1 else ''}"
     if check == "column_in_dataframe":
         return f"column {column!r} is missing"
@@ -235,7 +260,7 @@ def schema_checks(schema: DataSchema, frame: pl.DataFrame) -> dict[str, CheckOut
         mine = cases.filter(pl.col("kind") == kind)
         grouped = mine.group_by("column", "check", maintain_order=True).len()
         counts = {f"{c or '(table)'}: {k}": n for c, k, n in grouped.iter_rows()}
-        problems = [_describe(c, k, n) for c, k, n in grouped.iter_rows()]
+        problems = [_describe(c, k, n, _failing_values(mine, c, k)) for c, k, n in grouped.iter_rows()]
         if kind == NULLS:
             problems += _null_fraction_problems(schema, frame, counts)
         failing = _failing_rows(frame, mine) if kind != SCHEMA else None
@@ -372,6 +397,23 @@ def _split_ranges(schema: DataSchema, cases: pl.DataFrame) -> pl.DataFrame:
         .when(value < pl.col("__min")).then(pl.format("greater_than_or_equal_to({})", pl.col("__low")))
         .otherwise(pl.format("less_than_or_equal_to({})", pl.col("__high"))).alias("check"),
     ).drop("__min", "__low", "__high")
+
+
+def _failing_values(cases: pl.DataFrame, column: str | None, check: str) -> list[str | None] | None:
+    """What a failure's summary shows of the values a column's check failed on, so the reader learns
+    what to fix without opening the table: for a bound the most extreme value, for a category check
+    the first distinct ones (one more than shown, to tell whether there are more)."""
+    value = pl.col("failure_case")
+    if check.startswith("greater_than_or_equal_to("):
+        picked = value.sort_by(value.cast(pl.Float64, strict=False)).head(1)
+    elif check.startswith("less_than_or_equal_to("):
+        picked = value.sort_by(value.cast(pl.Float64, strict=False), descending=True).head(1)
+    elif check.startswith("isin("):
+        picked = value.unique(maintain_order=True).head(_EXAMPLES + 1)
+    else:
+        return None
+    mine = cases.filter((pl.col("column") == column) & (pl.col("check") == check))
+    return mine.select(picked).to_series().to_list()
 
 
 def _null_fraction_problems(schema: DataSchema, frame: pl.DataFrame, counts: dict[str, int]) -> list[str]:

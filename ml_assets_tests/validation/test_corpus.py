@@ -44,9 +44,9 @@ CORPUS = {
     "all-null column": (lambda f: f.with_columns(pl.lit(None, pl.String).alias("tailnum")), "nulls",
                         "tailnum: 100.0% null"),
     "null explosion": (_set("dep_time", None, 700), "nulls", "dep_time: "),
-    "out-of-range values": (_set("hour", 31, 5), "ranges_and_categories", "hour: 5 rows above 23"),
+    "out-of-range values": (_set("hour", 31, 5), "ranges_and_categories", "hour: 5 rows above 23 (highest 31)"),
     "unknown category": (_set("carrier", pl.lit("ZZ"), 5), "ranges_and_categories",
-                         "carrier: 5 rows outside the allowed categories"),
+                         "carrier: 5 rows outside the allowed categories ('ZZ')"),
     "duplicate keys": (lambda f: pl.concat([f, f.head(10)]), "duplicate_keys", "20 rows share a key"),
     "empty partition": (lambda f: f.head(0), "volume", "the partition is empty"),
     "50% volume drop": (lambda f: f.sample(fraction=0.5, seed=1), "volume", "beyond ±20%"),
@@ -58,7 +58,7 @@ CORPUS = {
                                                 .cast(pl.Int64).alias("dep_delay")), "drift", "label relationship"),
     "truncated parquet": ("truncate", None, "cannot read"),
     "non-UTF-8 text": ("binary_dest", "schema", "column 'dest' is not String"),
-    "single absurd outlier": (_set("distance", 1_000_000, 1), "ranges_and_categories", "distance: 1 row above 10000"),
+    "single absurd outlier": (_set("distance", 1_000_000, 1), "ranges_and_categories", "distance: 1 row above 10000 (highest 1000000)"),
 }
 
 

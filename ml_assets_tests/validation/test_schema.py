@@ -40,12 +40,30 @@ def test_bad_values_fail_only_their_own_checks_with_counts(spec, day_rows):
     outcomes = schema_checks(spec.data_schema, bad)
     assert failed(outcomes) == {RANGES}
     ranges = outcomes[RANGES]
-    assert "carrier: 3 rows outside the allowed categories" in ranges.summary
-    assert "hour: 1 row above 23" in ranges.summary
+    assert "carrier: 3 rows outside the allowed categories ('ZZ')" in ranges.summary
+    assert "hour: 1 row above 23 (highest 99)" in ranges.summary
     # one in_range(0, 59) check, reported by the side each value fell on
-    assert "minute: 2 rows below 0" in ranges.summary and "minute: 1 row above 59" in ranges.summary
+    assert "minute: 2 rows below 0 (lowest -1)" in ranges.summary and "minute: 1 row above 59 (highest 60)" in ranges.summary
     assert sum(ranges.counts.values()) == 7
     assert ranges.failing_rows.height == 7 and "failed" in ranges.failing_rows.columns
+
+
+def test_a_failure_names_the_values_to_fix(spec, day_rows):
+    """Categories: the first three distinct bad values (cut to 40 characters), then an ellipsis if
+    there are more; a bound: the most extreme value past it."""
+    i = pl.int_range(pl.len())
+    bad = day_rows.with_columns(
+        pl.when(i < 3).then(pl.lit("ZZ")).when(i < 5).then(pl.lit("Q1")).when(i == 5).then(pl.lit("X" * 100))
+        .when(i == 6).then(pl.lit("K9")).otherwise(pl.col("carrier")).alias("carrier"),
+        pl.when(i == 7).then(2400).when(i == 8).then(99_999).when(i == 9).then(-3).otherwise(pl.col("dep_time"))
+        .alias("dep_time"),
+        pl.when(i == 10).then(-5).when(i == 11).then(-120).otherwise(pl.col("sched_dep_time")).alias("sched_dep_time"),
+    )
+    summary = schema_checks(spec.data_schema, bad)[RANGES].summary
+    assert f"carrier: 7 rows outside the allowed categories ('ZZ', 'Q1', '{'X' * 40}…', …)" in summary
+    assert "dep_time: 1 row above 2400 (highest 99999)" in summary
+    assert "dep_time: 1 row below 0 (lowest -3)" in summary
+    assert "sched_dep_time: 2 rows below 0 (lowest -120)" in summary
 
 
 def test_null_in_required_column_and_null_fraction(spec, day_rows):
