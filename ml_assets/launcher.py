@@ -39,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,10 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
         self._start_method = start_method
         self._forkserver: multiprocessing.context.BaseContext | None = None
         self._children: dict[str, subprocess.Popen | multiprocessing.process.BaseProcess] = {}
+        # The daemon calls a launcher from several threads at once (the run queue launches while run
+        # monitoring checks workers): without this, two threads reaping the same finished worker
+        # failed a run at launch with a KeyError (seen in a 60-day backfill).
+        self._children_lock = threading.Lock()
         super().__init__()
 
     @property
@@ -169,19 +174,23 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
         cli = args[args.index("api"):]
         same_python = args[0] in ("dagster", sys.executable) or Path(args[0]).parent == Path(sys.executable).parent
         if self._start_method == "forkserver" and same_python:
-            if self._forkserver is None:
-                self._forkserver = _forkserver_context()
-            child = self._forkserver.Process(target=_run_worker, args=(cli, str(log_path)), daemon=False,
-                                             name=f"dagster-run-{run.run_id}")
-            child.start()
-            # Not one of multiprocessing's children: at exit it would join them, and the daemon's
-            # restart would wait for every running run to finish (a spawned worker outlives it too).
-            multiprocessing.process._children.discard(child)
+            # Under the lock: Process.start() polls multiprocessing's other children, which _reap polls too.
+            with self._children_lock:
+                if self._forkserver is None:
+                    self._forkserver = _forkserver_context()
+                child = self._forkserver.Process(target=_run_worker, args=(cli, str(log_path)), daemon=False,
+                                                 name=f"dagster-run-{run.run_id}")
+                child.start()
+                # Not one of multiprocessing's children: at exit it would join them, and the daemon's
+                # restart would wait for every running run to finish (a spawned worker outlives it too).
+                multiprocessing.process._children.discard(child)
+                self._children[run.run_id] = child
         else:
             with open(log_path, "ab") as log:
                 child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, close_fds=True)
-        self._children[run.run_id] = child
+            with self._children_lock:
+                self._children[run.run_id] = child
         started = process_start_ticks(child.pid) or ""
         self._instance.add_run_tags(run.run_id, {PID_TAG: str(child.pid), HOST_TAG: socket.gethostname(),
                                                  STARTED_TAG: started})
@@ -214,10 +223,12 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
     # -- watching workers -------------------------------------------------------------------
 
     def _reap(self) -> None:
-        for run_id, child in list(self._children.items()):
-            done = child.poll() is not None if isinstance(child, subprocess.Popen) else not child.is_alive()
-            if done:
-                del self._children[run_id]
+        """Forgets (and so collects the exit status of) the workers that have exited."""
+        with self._children_lock:
+            for run_id, child in list(self._children.items()):
+                done = child.poll() is not None if isinstance(child, subprocess.Popen) else not child.is_alive()
+                if done:
+                    del self._children[run_id]
 
     def _worker(self, run: DagsterRun) -> tuple[int | None, bool]:
         """The worker's pid and whether it is alive (None when this run has no recorded worker)."""

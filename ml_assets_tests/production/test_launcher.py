@@ -6,10 +6,16 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
-from ml_assets.launcher import DUMP_STACKS, _forkserver_context, worker_setup
+from ml_assets.launcher import (
+    DUMP_STACKS,
+    LocalProcessRunLauncher,
+    _forkserver_context,
+    worker_setup,
+)
 from ml_assets_tests.conftest import BUNDLED_SPEC
 
 DAYS = [dt.date(2013, 3, 18), dt.date(2013, 3, 19), dt.date(2013, 3, 20)]
@@ -57,3 +63,37 @@ def test_a_forked_run_worker_validates_real_days_and_dumps_its_stacks_on_request
         worker.kill()
         worker.join(30)
     assert worker.exitcode == -signal.SIGKILL
+
+
+class _ExitedWorker:
+    """A run worker that has exited, as the launcher sees one; like a real process's check, asking
+    lets other threads run."""
+
+    def is_alive(self) -> bool:
+        time.sleep(0.0005)
+        return False
+
+
+def test_exited_workers_reaped_by_several_threads_at_once_are_each_forgotten_once():
+    """The daemon's run queue and its run monitoring call the launcher from their own threads: both
+    reaping the same exited worker once failed a run at launch with a KeyError."""
+    launcher = LocalProcessRunLauncher(start_method="spawn")
+    errors: list[BaseException] = []
+    for round_ in range(30):
+        launcher._children.update({f"run-{round_}-{i}": _ExitedWorker() for i in range(8)})
+        barrier = threading.Barrier(4)
+
+        def reap(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                launcher._reap()
+            except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reap) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    assert launcher._children == {}
