@@ -137,8 +137,7 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
         self._forkserver: multiprocessing.context.BaseContext | None = None
         self._children: dict[str, subprocess.Popen | multiprocessing.process.BaseProcess] = {}
         # The daemon calls a launcher from several threads at once (the run queue launches while run
-        # monitoring checks workers): without this, two threads reaping the same finished worker
-        # failed a run at launch with a KeyError (seen in a 60-day backfill).
+        # monitoring checks workers): two threads must not reap the same finished worker.
         self._children_lock = threading.Lock()
         super().__init__()
 
@@ -173,9 +172,9 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
         # ``[python, -m, dagster, api, ...]`` or ``[dagster, api, ...]``: the worker's Dagster CLI arguments
         cli = args[args.index("api"):]
         same_python = args[0] in ("dagster", sys.executable) or Path(args[0]).parent == Path(sys.executable).parent
-        if self._start_method == "forkserver" and same_python:
-            # Under the lock: Process.start() polls multiprocessing's other children, which _reap polls too.
-            with self._children_lock:
+        # Under the lock: Process.start() polls multiprocessing's other children, which _reap polls too.
+        with self._children_lock:
+            if self._start_method == "forkserver" and same_python:
                 if self._forkserver is None:
                     self._forkserver = _forkserver_context()
                 child = self._forkserver.Process(target=_run_worker, args=(cli, str(log_path)), daemon=False,
@@ -184,13 +183,11 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
                 # Not one of multiprocessing's children: at exit it would join them, and the daemon's
                 # restart would wait for every running run to finish (a spawned worker outlives it too).
                 multiprocessing.process._children.discard(child)
-                self._children[run.run_id] = child
-        else:
-            with open(log_path, "ab") as log:
-                child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, close_fds=True)
-            with self._children_lock:
-                self._children[run.run_id] = child
+            else:
+                with open(log_path, "ab") as log:
+                    child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             start_new_session=True, close_fds=True)
+            self._children[run.run_id] = child
         started = process_start_ticks(child.pid) or ""
         self._instance.add_run_tags(run.run_id, {PID_TAG: str(child.pid), HOST_TAG: socket.gethostname(),
                                                  STARTED_TAG: started})

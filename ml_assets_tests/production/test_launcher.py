@@ -79,17 +79,17 @@ def test_exited_workers_reaped_by_several_threads_at_once_are_each_forgotten_onc
     reaping the same exited worker once failed a run at launch with a KeyError."""
     launcher = LocalProcessRunLauncher(start_method="spawn")
     errors: list[BaseException] = []
+    barrier = threading.Barrier(4)  # the four threads start reaping together, round after round
+
+    def reap() -> None:
+        barrier.wait()
+        try:
+            launcher._reap()
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
     for round_ in range(30):
         launcher._children.update({f"run-{round_}-{i}": _ExitedWorker() for i in range(8)})
-        barrier = threading.Barrier(4)
-
-        def reap(barrier: threading.Barrier = barrier) -> None:
-            barrier.wait()
-            try:
-                launcher._reap()
-            except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
-                errors.append(exc)
-
         threads = [threading.Thread(target=reap) for _ in range(4)]
         for thread in threads:
             thread.start()
