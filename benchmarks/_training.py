@@ -63,8 +63,8 @@ def env(threads: int = 1) -> dict[str, str]:
 
 
 def torchrun(config: Path, nproc: int = 1, extra: list[str] | None = None) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "--max-restarts=0", *(extra or []), "-m", "ml_assets.trainer.train", "--config", str(config)]
+    return [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone", f"--nproc_per_node={nproc}",
+            "--max-restarts=0", *(extra or []), "-m", "ml_assets.trainer", "--config", str(config)]
 
 
 def train(inputs: dict, nproc: int = 1, **fields) -> dict:

@@ -18,6 +18,7 @@ from typing import Any
 from ml_assets import lineage as lin
 from ml_assets import promotion, registry
 from ml_assets.names import repo_for_model
+from ml_assets.processes import child_env
 
 
 def _artifact_json(client, run_id: str, path: str) -> dict | None:
@@ -164,7 +165,7 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     from ml_assets.resources.training import TorchrunLauncher
 
     command = TorchrunLauncher().command(str(path), world, 0)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = child_env({**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     for name in list(env):  # a plain run, not a Dagster Pipes child
         if name.startswith("DAGSTER_PIPES"):
             env.pop(name)

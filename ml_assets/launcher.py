@@ -57,6 +57,8 @@ from dagster._grpc.types import ExecuteRunArgs, ResumeRunArgs
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
+from ml_assets.processes import start_ticks as process_start_ticks
+
 PID_TAG = "ml_assets/run_worker_pid"
 HOST_TAG = "ml_assets/run_worker_host"
 STARTED_TAG = "ml_assets/run_worker_started"  # the process's start time in clock ticks since boot
@@ -111,19 +113,6 @@ def _run_worker(argv: list[str], log_path: str) -> None:
 
     sys.argv = ["dagster", *argv]
     main()
-
-
-def process_start_ticks(pid: int) -> str | None:
-    """The process's start time from /proc (None when there is no such live process)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):  # a zombie or dead process is not a running worker
-        return None
-    return fields[19]
 
 
 class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):

@@ -433,6 +433,13 @@ class CheckpointSpec(_Strict):
     async_mode: Literal["thread", "process", "off"] = Field(
         default="thread", alias="async", description="background writer; 'thread' measured best here")
     preemption_grace_seconds: float = Field(default=20, gt=0, le=3600)
+    orphan_grace_seconds: float = Field(default=5, gt=0, le=60, description=(
+        "a rank whose torchrun agent died checkpoints if it can within this long, then exits"))
+    lease_ttl_seconds: float = Field(default=30, ge=3, le=600, description=(
+        "the checkpoint directory's lease is renewed every third of this; unrenewed this long, it is taken over"))
+    lease_wait_seconds: float = Field(default=120, ge=0, le=480, description=(
+        "how long a second training of the same config waits for the lease before failing (at most 8 minutes: "
+        "the other ranks wait for the verdict in a collective)"))
 
 
 class LoaderSpec(_Strict):

@@ -4,7 +4,9 @@ One node: the step's own pod has the GPUs (ml_assets.k8s.pods), and runs the sam
 Dagster Pipes as locally, one process per GPU. Several nodes: the step pod creates the headless
 Service and Indexed Job of ml_assets.k8s.training_job, streams pod 0's log (where global rank 0
 writes its Pipes messages), waits for the Job, and deletes both whatever happens; the Job is owned by
-the step pod, so Kubernetes removes it too if the step pod itself is killed.
+the step pod, so Kubernetes removes it too if the step pod itself is deleted. A step *process* that
+dies without deleting its Job leaves the pod (and so the Job) behind: the next attempt of the run
+deletes such a Job before it starts its own, and waits until it is gone.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         with open(config_path, "rb") as src, fsspec.open(config_uri, "wb") as dst:
             dst.write(src.read())
         name = job_name(spec.name, context.run_id, context.retry_number)
+        self._end_earlier_attempts(core, batch, namespace, spec, context)
         defaults = self.defaults()
         reader = PipesK8sPodLogsMessageReader()
         with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
@@ -101,6 +104,37 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         if disrupted and not any(isinstance(m, dict) and m.get("kind") == "preempted" for m in messages):
             messages.append({"kind": "preempted", "signal": f"pod {disrupted} disrupted ({DISRUPTION_CONDITION})"})
         return TrainingOutcome(0 if succeeded else 1, result, messages)
+
+    def _end_earlier_attempts(self, core, batch, namespace: str, spec: ModelSpec, context) -> None:
+        """Delete this run's training Jobs of this and earlier attempts that are still there (a resumed
+        run re-executes the step under the same attempt number, so the same name), and wait until
+        they are gone: their ranks checkpoint on SIGTERM and release the checkpoint lease, which this
+        attempt's rank 0 then takes and resumes from."""
+        import kubernetes
+
+        for attempt in range(context.retry_number + 1):
+            name = job_name(spec.name, context.run_id, attempt)
+            try:
+                batch.read_namespaced_job_status(name, namespace)
+            except kubernetes.client.ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            context.log.warning(f"training Job {namespace}/{name} of an earlier attempt of this run is still there "
+                                "(its step process died without deleting it): deleting it before training again")
+            api.delete_job_and_service(batch, core, namespace, name, context)
+            deadline = time.monotonic() + spec.training.checkpoint.preemption_grace_seconds + 60
+            while time.monotonic() < deadline:
+                try:
+                    batch.read_namespaced_job_status(name, namespace)
+                except kubernetes.client.ApiException as exc:
+                    if exc.status == 404:
+                        break
+                    raise
+                time.sleep(self.poll_seconds)
+            else:
+                raise dg.Failure(f"training Job {namespace}/{name} of an earlier attempt is still being deleted "
+                                 f"(`kubectl describe job -n {namespace} {name}`)")
 
     def _wait_for_pod0(self, core, batch, namespace: str, name: str) -> str:
         """Pod 0's name once its container started; fails fast on what will not fix itself."""

@@ -10,7 +10,7 @@ Each pod ``i`` is ``<job>-<i>.<service>`` in cluster DNS (the Service is the pod
 runs::
 
     torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d --rdzv-endpoint=<job>-0.<service>:PORT
-             --rdzv-id=<job> --local-addr=<job>-$(NODE_INDEX).<service> -m ml_assets.trainer.train --config URI
+             --rdzv-id=<job> --local-addr=<job>-$(NODE_INDEX).<service> -m ml_assets.trainer --config URI
 
 c10d's rendezvous orders the nodes by their address (``--local-addr``), so pod 0 is node rank 0 and
 hosts global rank 0: the only rank that talks to Dagster Pipes, on pod 0's stderr, which the step
@@ -56,7 +56,7 @@ def torchrun_args(spec: ModelSpec, defaults: TrainingDefaults, name: str, config
         "--rdzv-conf=join_timeout=1800",
         f"--local-addr={name}-$(NODE_INDEX).{name}",
         f"--max-restarts={training.max_restarts}",
-        "-m", "ml_assets.trainer.train", "--config", config_uri,
+        "-m", "ml_assets.trainer", "--config", config_uri,
     ]
 
 
@@ -74,7 +74,9 @@ def training_job_manifests(
     threads = "1" if gpus_per_node(spec, defaults) else None
     container: dict[str, Any] = {
         "name": CONTAINER, "image": image, "imagePullPolicy": image_pull_policy,
-        "command": ["python", "-m", "torch.distributed.run"],
+        # torchrun as the agent that names itself to its ranks (ml_assets.processes): the container's
+        # first process, so nothing outlives it in the pod anyway.
+        "command": ["python", "-m", "ml_assets.trainer.agent"],
         "args": torchrun_args(spec, defaults, name, config_uri),
         "env": [
             # The pod's index (0..nodes-1); torchrun's --local-addr names the pod by it.

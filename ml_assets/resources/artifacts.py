@@ -1,4 +1,5 @@
 import hashlib
+import uuid
 from dataclasses import dataclass
 
 import dagster as dg
@@ -33,7 +34,9 @@ class ArtifactStoreResource(dg.ConfigurableResource):
         uri = f"{self.root.rstrip('/')}/{prefix}/{sha}{suffix}"
         fs, path = fsspec.core.url_to_fs(uri)
         if not fs.exists(path):
-            tmp = f"{path}.tmp-{sha[:8]}"
+            # A name of its own: two runs writing the same bytes at once must not share a temporary
+            # file (one would truncate what the other is about to rename into place).
+            tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
             fs.makedirs(fs._parent(path), exist_ok=True)
             with fs.open(tmp, "wb") as fh:
                 fh.write(data)

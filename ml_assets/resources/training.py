@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from ml_assets import processes
+
 
 class TrainingPreempted(Exception):
     """The trainer was stopped by SIGTERM and checkpointed: retrying resumes from that checkpoint."""
@@ -23,13 +25,21 @@ class TrainingOutcome:
         return next((m for m in self.messages if isinstance(m, dict) and m.get("kind") == "preempted"), None)
 
     @property
+    def lease_held(self) -> dict | None:
+        """The trainer's report that another training holds the checkpoint directory's lease."""
+        return next((m for m in self.messages if isinstance(m, dict) and m.get("kind") == "lease_held"), None)
+
+    @property
     def progress(self) -> list[dict]:
         return [m for m in self.messages if isinstance(m, dict) and m.get("kind") == "progress"]
 
 
 class TorchrunLauncher(dg.ConfigurableResource):
     """Runs the trainer as ``torchrun --standalone --nproc_per_node=N --max-restarts=R`` through
-    Dagster Pipes. Rank 0 reports; its log lines, progress and result arrive through the session."""
+    Dagster Pipes. Rank 0 reports; its log lines, progress and result arrive through the session.
+
+    torchrun runs as ``ml_assets.trainer.agent``, which follows this process: if the step dies
+    (SIGKILL, out of memory), torchrun stops its ranks instead of training on without it."""
 
     nproc_per_node: int | None = None
     """Overrides the spec's training.processes_per_node when set."""
@@ -58,9 +68,9 @@ class TorchrunLauncher(dg.ConfigurableResource):
 
     def command(self, config_path: str, nproc: int, max_restarts: int) -> list[str]:
         return [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            sys.executable, "-m", "ml_assets.trainer.agent", "--standalone",
             f"--nproc_per_node={self.nproc_per_node or nproc}", f"--max-restarts={max_restarts}",
-            "-m", "ml_assets.trainer.train", "--config", config_path,
+            "-m", "ml_assets.trainer", "--config", config_path,
         ]
 
     def run(self, context: dg.AssetExecutionContext, config_path: str, nproc: int, max_restarts: int = 0) -> TrainingOutcome:
@@ -69,8 +79,8 @@ class TorchrunLauncher(dg.ConfigurableResource):
             context=context, context_injector=dg.PipesTempFileContextInjector(),
             message_reader=dg.PipesTempFileMessageReader(),
         ) as session:
-            env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                   **session.get_bootstrap_env_vars()}
+            env = processes.child_env({**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                                       **session.get_bootstrap_env_vars()})
             process = subprocess.Popen(self.command(config_path, nproc, max_restarts), env=env)
             try:
                 process.wait()
@@ -97,7 +107,7 @@ class TorchrunLauncher(dg.ConfigurableResource):
 
         output_dir = TrainConfig.from_json(config_path).output_dir.rstrip("/")
         threads = str(self.threads_per_process)
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        env = processes.child_env({**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         for name in [k for k in env if k.startswith("DAGSTER_PIPES_")]:  # never mistaken for a Pipes process
             del env[name]
         returncode = subprocess.run(self.command(config_path, nproc, max_restarts), env=env).returncode

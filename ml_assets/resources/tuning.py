@@ -3,6 +3,8 @@ import sys
 
 import dagster as dg
 
+from ml_assets.processes import child_env
+
 
 class TuningResource(dg.ConfigurableResource):
     """Where tuning studies live: the Optuna storage URL (a secret when it is PostgreSQL: from the
@@ -22,7 +24,9 @@ class TuningResource(dg.ConfigurableResource):
         from pathlib import Path
 
         path = job.write(Path(job.workdir) / "job.json")
-        processes = [subprocess.Popen([sys.executable, "-m", "ml_assets.tuning.study", str(path)])
+        # Each worker follows this step process (ml_assets.processes): killed with it, they end too.
+        env = child_env()
+        processes = [subprocess.Popen([sys.executable, "-m", "ml_assets.tuning.study", str(path)], env=env)
                      for _ in range(workers)]
         try:
             return [p.wait() for p in processes]

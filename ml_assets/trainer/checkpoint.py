@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from ml_assets.storage import read_verified as _read_verified
 from ml_assets.trainer.config import DataRef
+from ml_assets.trainer.lease import Lease
 from ml_assets.trainer.model import build_model
 
 MANIFEST = "manifest.json"
@@ -169,10 +170,13 @@ class CheckpointManager:
     """
 
     def __init__(self, root: str, *, rank: int, world: int, mode: str, keep_last: int,
-                 log: Callable[[str], None], warn: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], warn: Callable[[str], None], lease: Lease | None = None) -> None:
         self.root = root.rstrip("/")
         self.rank, self.world, self.mode, self.keep_last = rank, world, mode, keep_last
         self.log, self.warn = log, warn
+        # Rank 0's lease on the directory: confirmed before each commit (a manifest), so a checkpoint
+        # written after another training took the directory over never becomes complete.
+        self.lease = lease
         # DCP's background save runs collectives; on the training group they could interleave with
         # DDP's all-reduces. A group of its own (gloo: the staged copies live in CPU memory) avoids it.
         self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -214,6 +218,8 @@ class CheckpointManager:
             self._error = exc
 
     def _finish(self, directory: str, step: int, progress: dict) -> None:
+        if self.lease is not None:
+            self.lease.confirm()
         fs, path = _fs(directory)
         with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
             fh.write(json.dumps(progress, sort_keys=True).encode())
@@ -338,6 +344,8 @@ class CheckpointManager:
 
     def _write_best(self, weights: dict[str, torch.Tensor], info: dict) -> None:
         try:
+            if self.lease is not None:
+                self.lease.confirm()
             directory = f"{self.root}/{BEST}"
             fs, path = _fs(directory)
             if fs.exists(path):

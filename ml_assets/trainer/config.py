@@ -17,8 +17,12 @@ ASYNC_MODES = ("off", "thread", "process")
 NOT_TRAINING = frozenset({
     "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
     "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
-    "prefetch_factor", "threads", "epoch_log",
+    "prefetch_factor", "threads", "epoch_log", "owner", "orphan_grace_seconds", "lease_ttl_seconds",
+    "lease_wait_seconds",
 })
+MAX_LEASE_WAIT_SECONDS = 480.0
+"""While rank 0 waits for the checkpoint lease, the other ranks wait for its verdict in a collective,
+which NCCL times out after 10 minutes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +97,18 @@ class TrainConfig:
     checkpoint_async: str = "thread"
     preemption_grace_seconds: float = 20.0
     """After SIGTERM: finish the step, checkpoint, exit 75; give up checkpointing after this long."""
+    orphan_grace_seconds: float = 5.0
+    """A rank whose torchrun agent died (SIGKILL, out of memory) checkpoints if it can within this
+    long, then exits regardless (ml_assets.processes)."""
+    lease_ttl_seconds: float = 30.0
+    """The checkpoint directory's lease (ml_assets.trainer.lease) is renewed every third of this; a
+    holder that stops renewing it for this long loses it to a waiting trainer."""
+    lease_wait_seconds: float = 120.0
+    """How long to wait for another training of the same config to release the lease before failing
+    with a message naming it."""
+    owner: str = ""
+    """Who started this training (e.g. ``Dagster run <id>``): named to a trainer that finds the lease
+    held."""
     epoch_log: str = ""
     """A local file rank 0 appends one JSON line to after each epoch ({"epoch", "train_loss",
     "val_loss"}): how a tuning trial's pruner sees the validation loss while the trainer runs."""
@@ -131,6 +147,10 @@ class TrainConfig:
         need(self.checkpoint_every_seconds >= 0, f"checkpoint_every_seconds must be >= 0, got {self.checkpoint_every_seconds}")
         need(self.keep_last >= 1, f"keep_last must be >= 1, got {self.keep_last}")
         need(self.preemption_grace_seconds > 0, f"preemption_grace_seconds must be > 0, got {self.preemption_grace_seconds}")
+        need(self.orphan_grace_seconds > 0, f"orphan_grace_seconds must be > 0, got {self.orphan_grace_seconds}")
+        need(self.lease_ttl_seconds >= 3, f"lease_ttl_seconds must be >= 3, got {self.lease_ttl_seconds}")
+        need(0 <= self.lease_wait_seconds <= MAX_LEASE_WAIT_SECONDS,
+             f"lease_wait_seconds must be in [0, {MAX_LEASE_WAIT_SECONDS:g}], got {self.lease_wait_seconds}")
         if problems:
             raise ValueError("invalid training config: " + "; ".join(problems))
 

@@ -2,20 +2,24 @@
 non-torch import is dagster_pipes, opened on rank 0 alone.
 
 By hand, no Dagster needed (the ``trained_checkpoint`` asset writes the same config and runs the
-same command)::
+same command; ``ml_assets.trainer.agent`` is torchrun, tied to the process that starts it)::
 
-    torchrun --standalone --nproc_per_node=2 --max-restarts=2 -m ml_assets.trainer.train --config train_config.json
+    python -m ml_assets.trainer.agent --standalone --nproc_per_node=2 --max-restarts=2 \\
+        -m ml_assets.trainer --config train_config.json
 
 Several machines (run on each node; ``--node_rank`` is picked by the rendezvous)::
 
     torchrun --nnodes=2 --nproc_per_node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \\
-        --rdzv-id=JOB -m ml_assets.trainer.train --config train_config.json
+        --rdzv-id=JOB -m ml_assets.trainer --config train_config.json
 
 gloo on CPU, nccl on CUDA. Every rank trains on its shard; metrics are all-reduced; rank 0 alone
 logs, writes the best weights and the export, and reports to Dagster through Pipes. Checkpoints
 (torch.distributed.checkpoint) are written every N steps / M seconds / epoch end and the run resumes
 from the newest complete one: run the same command again after a crash. SIGTERM: the step in flight
-finishes, a checkpoint is written, the process exits with code 75 (EXIT_PREEMPTED).
+finishes, a checkpoint is written, the process exits with code 75 (EXIT_PREEMPTED). A rank whose
+torchrun agent dies does the same within ``orphan_grace_seconds`` or is ended (ml_assets.processes);
+rank 0 holds the checkpoint directory's lease (ml_assets.trainer.lease) from before it reads a
+checkpoint until the export is written, so no two trainings write one directory together.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import torch.distributed as dist
 from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
 from torch.nn.parallel import DistributedDataParallel
 
+from ml_assets import processes
 from ml_assets.features.state import cardinalities
 from ml_assets.trainer.checkpoint import CheckpointError, CheckpointManager, export_model
 from ml_assets.trainer.config import TrainConfig
@@ -52,11 +57,14 @@ from ml_assets.trainer.data import (
     read_verified,
     to_tensors,
 )
+from ml_assets.trainer.lease import Holder, Lease, LeaseError, lease_store
 from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
 
 EXIT_PREEMPTED = 75
 """Exit code after SIGTERM once the checkpoint is written (EX_TEMPFAIL: try again later)."""
 EXIT_CONFIG = 2
+EXIT_LEASE = 73
+"""The checkpoint directory's lease is held by another training, or was lost (EX_CANTCREAT)."""
 SYNC_EVERY = 8
 """With several ranks, how often (in optimizer steps) they agree whether to stop or checkpoint: an
 all-reduce per step would cost more than the step itself for a small tabular model."""
@@ -511,6 +519,8 @@ class Trainer:
         started = time.perf_counter()
         self.checkpoint(blocking=True)
         seconds = time.perf_counter() - started
+        if processes.orphaned():  # the parent-death signal (ml_assets.processes): nobody reads the report
+            stop.signal_name += " (the torchrun agent is gone)"
         self.log(f"{stop.signal_name or 'stop requested'}: checkpoint at step {self.progress.step} written in "
                  f"{seconds:.2f}s; exiting with code {EXIT_PREEMPTED} so the step can be retried")
         self.report({"kind": "preempted", "step": self.progress.step, "checkpoint_seconds": seconds,
@@ -540,30 +550,80 @@ class Trainer:
         }
 
 
+class LeaseUnavailable(Exception):
+    """This training may not write its checkpoint directory (another one holds its lease)."""
+
+
+def take_lease(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], warn: Callable[[str], None]) -> Lease | None:
+    """Rank 0 takes the checkpoint directory's lease, waiting up to ``lease_wait_seconds`` for another
+    training of the same config to release it; every rank learns the verdict (the others get None)."""
+    lease, problem = None, ""
+    if rt.master:
+        try:
+            lease = Lease(lease_store(cfg.checkpoint_root), Holder.this_process(cfg.owner),
+                          ttl_seconds=cfg.lease_ttl_seconds, log=log, warn=warn)
+            lease.acquire(cfg.lease_wait_seconds)
+        except LeaseError as exc:
+            lease, problem = None, str(exc)
+    failed = bool(problem)
+    if rt.world > 1:
+        verdict = torch.tensor([float(failed)], device=rt.device)
+        dist.broadcast(verdict, src=0)
+        failed = bool(verdict.item())
+    if failed:
+        raise LeaseUnavailable(problem or "rank 0 could not take the checkpoint directory's lease")
+    if lease is not None:
+        if lease.took_over or lease.waited_seconds >= 1:
+            log(f"checkpoint lease {lease.store.location} taken after {lease.waited_seconds:.1f}s")
+
+        def lost(exc: LeaseError) -> None:
+            # Another trainer owns the directory now: writing on would interleave two trainings.
+            warn(f"{exc}; stopping without writing anything more")
+            os._exit(EXIT_LEASE)
+
+        lease.start_renewing(lost)
+        if (line := processes.lifeline()) is not None:
+            line.before_exit.append(lease.release)  # an orphan ended by its lifeline frees it at once
+    return lease
+
+
 def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Callable[[dict], None],
         warn: Callable[[str], None]) -> dict:
     started = time.perf_counter()
+    # The data first (a bad input fails before anything is written), then the lease, before any
+    # checkpoint is read or written.
     trainer = Trainer(cfg, rt, log, report, warn)
-    stop = StopSignal(cfg.preemption_grace_seconds, warn)
+    lease = take_lease(cfg, rt, log, warn)
+    trainer.ckpt.lease = lease
     try:
-        trainer.resume()
-        trainer.run(stop)
+        stop = StopSignal(cfg.preemption_grace_seconds, warn)
+        try:
+            trainer.resume()
+            trainer.run(stop)
+        finally:
+            trainer._prefetcher.shutdown(cancel_futures=True)
+            trainer.ckpt.close()
+        # Still under the lease: the best weights are read from the checkpoint directory.
+        weights, which = trainer.final_weights()
+        result = {"trainer": trainer, "accounting": trainer.accounting(time.perf_counter() - started),
+                  "weights_from": which}
+        if rt.master:
+            p = trainer.progress
+            meta = {
+                "model": cfg.model, "task": cfg.task, "model_config": trainer.model_config.to_dict(),
+                "history": p.history, "stop_reason": p.stop_reason, "steps": p.step, "best_val_loss": p.best_val_loss,
+                "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
+                "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,
+                "train_files": [ref.__dict__ for ref in cfg.train_files],
+                "val_files": [ref.__dict__ for ref in cfg.val_files],
+                "accounting": result["accounting"], "resumed_from_step": trainer.resumed_from,
+            }
+            result["export"] = export_model(cfg.output_dir, weights, meta, read_verified(cfg.feature_state))
     finally:
-        trainer._prefetcher.shutdown(cancel_futures=True)
-        trainer.ckpt.close()
-    weights, which = trainer.final_weights()
-    result = {"trainer": trainer, "accounting": trainer.accounting(time.perf_counter() - started), "weights_from": which}
-    if rt.master:
-        p = trainer.progress
-        meta = {
-            "model": cfg.model, "task": cfg.task, "model_config": trainer.model_config.to_dict(),
-            "history": p.history, "stop_reason": p.stop_reason, "steps": p.step, "best_val_loss": p.best_val_loss,
-            "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
-            "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,
-            "train_files": [ref.__dict__ for ref in cfg.train_files], "val_files": [ref.__dict__ for ref in cfg.val_files],
-            "accounting": result["accounting"], "resumed_from_step": trainer.resumed_from,
-        }
-        result["export"] = export_model(cfg.output_dir, weights, meta, read_verified(cfg.feature_state))
+        if lease is not None:
+            lease.release()
+    if lease is not None:
+        result["lease"] = {**lease.summary(), "released_at": time.time()}
     return result
 
 
@@ -577,8 +637,10 @@ def _restarts_left() -> int:
 
 def _stop_the_agent() -> None:
     """A preempted worker must not be restarted in place (the node is going away and the retry will
-    resume elsewhere): ask the local torchrun agent, our parent, to shut down. One rank per node."""
-    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK") == "0":
+    resume elsewhere), nor one that may not write its checkpoints: ask the local torchrun agent, our
+    parent, to shut down. One rank per node; never once the agent is gone (the parent is then init
+    or a subreaper)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK") == "0" and not processes.orphaned():
         os.kill(os.getppid(), signal.SIGTERM)
 
 
@@ -600,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as exc:
         print(f"[trainer] {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
+    # (python -m ml_assets.trainer already did this before importing torch; now with the config's grace.)
+    processes.follow_parent(grace_seconds=cfg.orphan_grace_seconds)
     rt = compute_init()
     # Only rank 0 may talk to Dagster: if every rank reported, the step would see several results.
     pipes = open_dagster_pipes() if rt.master and PipesEnvVarParamsLoader().is_dagster_pipes_process() else None
@@ -623,6 +687,12 @@ def main(argv: list[str] | None = None) -> int:
         except Preempted:
             code = EXIT_PREEMPTED
             _stop_the_agent()
+        except LeaseUnavailable as exc:
+            # Not a crash: a restart would only wait again. Rank 0 says why, the agent stops.
+            warn(str(exc))
+            report({"kind": "lease_held", "message": str(exc)})
+            code = EXIT_LEASE
+            _stop_the_agent()
         except BaseException as exc:
             if pipes is not None and _restarts_left():
                 # torchrun will start this rank again and it resumes; closing Pipes now would make
@@ -641,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
                 saved, trainer, acct = result["export"], result["trainer"], result["accounting"]
                 log(f"exported {saved['uri']} sha256 {saved['sha256'][:12]} ({result['weights_from']}); "
                     f"{acct['samples_per_s']:,.0f} samples/s, data wait {100 * acct['data_wait_fraction']:.1f}%")
-                report_meta = result_metadata(cfg, rt, trainer, saved, acct, result["weights_from"])
+                report_meta = result_metadata(cfg, rt, trainer, saved, acct, result["weights_from"], result.get("lease"))
                 # Beside the export, with or without Dagster: what a run by hand (or a reproduction)
                 # reports, in the same form Pipes carries it.
                 write_report(cfg.output_dir, report_meta, saved["sha256"])
@@ -671,7 +741,8 @@ def write_report(output_dir: str, metadata: dict, data_version: str) -> str:
     return uri
 
 
-def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str) -> dict:
+def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str,
+                    lease: dict | None = None) -> dict:
     """The trained checkpoint's materialization metadata (Pipes' form: typed values as raw_value/type)."""
     p = trainer.progress
     last = p.history[-1] if p.history else {}
@@ -695,6 +766,7 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict
         "torch_version": torch.__version__, "ml_assets_version": _project_version(),
         "config_fingerprint": p.fingerprint,
         "history": {"raw_value": p.history, "type": "json"},
+        "checkpoint_lease": {"raw_value": lease or {}, "type": "json"},
     }
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 
+from ml_assets import processes
 from ml_assets.tuning.space import config_overrides, suggest
 
 # The heartbeat and the retry of stale trials are marked experimental in Optuna 5; we rely on them.
@@ -178,11 +179,12 @@ def objective(job: Job, trial: optuna.Trial) -> float:
         client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
         trial.set_user_attr("mlflow_run_id", run_id)
     threads = str(job.threads_per_process)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    command = [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone",
                f"--nproc_per_node={job.processes_per_trial}", "--max-restarts=0",
-               "-m", "ml_assets.trainer.train", "--config", str(out / "train_config.json")]
+               "-m", "ml_assets.trainer", "--config", str(out / "train_config.json")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, **job.env)
+    env = processes.child_env(env)  # the trial's torchrun ends if this worker dies
     log = open(out / "trainer.log", "wb")  # noqa: SIM115 - closed below
     # Its own session: pruning or a stopped worker kills torchrun and its ranks together.
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="one worker of a tuning study")
     parser.add_argument("job", help="the study's job.json (a path or an fsspec URL), written by the hyperparameters asset")
     args = parser.parse_args(argv)
+    # A worker whose step died (killed with its run worker) ends too, and with it its trial's trainer.
+    processes.follow_parent(grace_seconds=10)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stops the running trial's trainer (finally)
     run_worker(Job.read(args.job))
 

@@ -45,7 +45,7 @@ def api(tmp_path, monkeypatch):
     server.close()
 
 
-def _train(api, tmp_path, epochs: int, during=None):
+def _train(api, tmp_path, epochs: int, during=None, before=None):
     spec = _spec(nodes=2, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": free_port()})
     data = toy_data(tmp_path / "data")
     config = tmp_path / "train_config.json"
@@ -59,6 +59,8 @@ def _train(api, tmp_path, epochs: int, during=None):
 
     @dg.asset
     def trained(context: dg.AssetExecutionContext):
+        if before:
+            before(context, spec, str(config))
         if during:
             threading.Thread(target=during, daemon=True).start()
         outcome["value"] = launcher.train(context, spec, str(config), str(output_dir))
@@ -130,3 +132,25 @@ def test_a_preempted_pod_fails_the_attempt_as_a_preemption_and_cleans_up(api, tm
     # or the trainer's own report when SIGTERM reached rank 0's side first; either way the retry resumes.
     assert any("checkpoint at step" in line for line in logs), logs[-20:]
     assert api.jobs == {} and api.services == {}
+
+
+def test_a_job_left_by_a_dead_step_process_is_deleted_before_the_attempt_trains(api, tmp_path):
+    """A resumed run re-executes the step under the same attempt number: the leftover Job has this
+    attempt's very name, trains on the same checkpoints, and must be gone before the new one starts."""
+    from ml_assets.k8s.pods import TrainingDefaults
+    from ml_assets.k8s.training_job import job_name, training_job_manifests
+
+    leftover = {}
+
+    def leave_a_job(context, spec, config):
+        name = leftover["name"] = job_name(spec.name, context.run_id, context.retry_number)
+        _, job = training_job_manifests(spec, TrainingDefaults.parse("{}"), name=name, namespace="ml",
+                                        image="registry.example.com/ml-assets:0.1.0", config_uri=config)
+        api.start_job("ml", job)
+        leftover["pods"] = [p.process for p in api.job_pods(name)]
+
+    result, outcome, _, logs = _train(api, tmp_path, epochs=2, before=leave_a_job)
+    assert result.success and outcome.returncode == 0, "\n".join(logs[-20:])
+    assert any(f"training Job ml/{leftover['name']} of an earlier attempt" in line for line in logs)
+    assert api.deleted[0] == ("Job", leftover["name"])  # deleted before the new Job was created
+    assert all(process.poll() is not None for process in leftover["pods"])

@@ -220,6 +220,31 @@ def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(se
     assert os.path.exists(os.path.join(local, "MLmodel"))
 
 
+def test_a_run_worker_killed_while_it_trains_leaves_no_rank_and_the_resumed_run_registers_once(services):
+    """The production path of docs/training.md's process chain: SIGKILL the run worker (it runs the
+    training step in process) while its ranks exist. Its torchrun agent follows it and stops the
+    ranks, so none is left 10 s later; run monitoring resumes the run, whose training takes the
+    checkpoint lease (S3, conditional writes) and finishes; one version is registered for the day."""
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets.processes import start_ticks
+    from ml_assets_tests.trainer.toy import training_ranks
+
+    day = (FIRST + dt.timedelta(days=10)).isoformat()  # its window (days 7-9) was ingested above
+    run_id = services.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
+    with services.instance() as instance:
+        wait_for(lambda: len(training_ranks(services.home)) == 2, 300, "the training ranks", interval=0.05)
+        ranks = training_ranks(services.home)
+        os.kill(worker_pid(instance, run_id), signal.SIGKILL)
+        wait_for(lambda: all(start_ticks(pid) is None for pid in ranks), 10, "the killed worker's ranks to exit",
+                 interval=0.1)
+    final = wait_runs(services, [run_id], timeout=600)
+    assert final[run_id] == "SUCCESS", services.log("daemon")[-3000:]
+    registry = MlflowClient(tracking_uri=services.mlflow_url, registry_uri=services.mlflow_url)
+    assert [v.tags["dagster_run_id"] for v in registry.search_model_versions(f"name = '{MODEL}'")
+            if v.tags.get("partition") == day] == [run_id]
+
+
 def test_a_60_day_backfill_through_the_queue_publishes_every_day(services):
     """`dagster job backfill` of raw -> features for 60 days: 60 runs queued at once, the daemon runs
     8 at a time (each a run worker executing its steps in process, the ingest job's default) on one

@@ -29,7 +29,7 @@ def trainer_workers(root: int) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"ml_assets.trainer.train" in cmdline and b"torch.distributed.run" not in cmdline:
+        if b"-m" in cmdline[:4] and cmdline[cmdline.index(b"-m") + 1] == b"ml_assets.trainer":  # a rank
             pids.append(pid)
     return pids
 

@@ -41,8 +41,8 @@ def trained(tmp_path_factory) -> tuple[TrainConfig, Path, subprocess.CompletedPr
     )
     (root / "config.json").write_text(cfg.to_json())
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "ml_assets.trainer.train", "--config", str(root / "config.json")],
+        [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone", "--nproc_per_node=2",
+         "-m", "ml_assets.trainer", "--config", str(root / "config.json")],
         capture_output=True, text=True, timeout=300, env=cli_env(OMP_NUM_THREADS="1"),
     )
     return cfg, root, proc
@@ -114,8 +114,8 @@ def test_feature_file_changed_after_pinning_fails_training(tmp_path):
                       feature_state=ref, output_dir=str(tmp_path / "out"), epochs=1)
     (tmp_path / "config.json").write_text(cfg.to_json())
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-         "-m", "ml_assets.trainer.train", "--config", str(tmp_path / "config.json")],
+        [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone", "--nproc_per_node=1",
+         "-m", "ml_assets.trainer", "--config", str(tmp_path / "config.json")],
         capture_output=True, text=True, timeout=300, env=cli_env(OMP_NUM_THREADS="1"),
     )
     assert proc.returncode != 0

@@ -61,8 +61,8 @@ def free_port() -> int:
 
 
 def torchrun_args(config: Path, nproc: int = 1, max_restarts: int = 0) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            f"--max-restarts={max_restarts}", "-m", "ml_assets.trainer.train", "--config", str(config)]
+    return [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone", f"--nproc_per_node={nproc}",
+            f"--max-restarts={max_restarts}", "-m", "ml_assets.trainer", "--config", str(config)]
 
 
 def run(args: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
@@ -116,3 +116,32 @@ def kill_tree(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
     proc.wait(timeout=60)
+
+
+def processes_started_for(home: str | Path) -> dict[int, list[str]]:
+    """Every live process whose environment names ``home`` as ML_ASSETS_HOME (so: started for a
+    test's home, however far down the chain), with its command line. Zombies are not live."""
+    marker = f"ML_ASSETS_HOME={home}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def python_module(cmd: list[str]) -> str:
+    """The module a ``python [-u] -m MODULE ...`` command line runs ("" for anything else)."""
+    return cmd[cmd.index("-m") + 1] if "-m" in cmd[:4] else ""
+
+
+def training_ranks(home: str | Path) -> list[int]:
+    return [pid for pid, cmd in processes_started_for(home).items() if python_module(cmd) == "ml_assets.trainer"]

@@ -75,7 +75,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         run_dir = f"{checkpoints.root.rstrip('/')}/{spec.name}/date={day.isoformat()}"
         tuned = tuned_parameters(context.instance, spec)
         cfg = train_config(spec, train_refs, [refs[win.val_day]], state_ref.as_data_ref(),
-                           f"{run_dir}/{context.run_id}", (tuned or {}).get("params", {}))
+                           f"{run_dir}/{context.run_id}", (tuned or {}).get("params", {}),
+                           owner=f"Dagster run {context.run_id}")
         if tuned:
             context.log.info(f"trained_checkpoint {day}: hyperparameters from {tuned['source']}: {tuned['params']}")
         # Checkpoints are keyed by what decides the weights (data, state, hyperparameters), not by the
@@ -94,6 +95,9 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             raise TrainingPreempted(
                 f"model {spec.name}, partition {day}: training was stopped ({outcome.preempted.get('signal') or 'SIGTERM'}) "
                 f"and checkpointed at step {step}; the retry resumes from there")
+        if outcome.lease_held is not None:
+            raise dg.Failure(description=f"model {spec.name}, partition {day}: {outcome.lease_held['message']}",
+                             allow_retries=False)
         if outcome.returncode != 0 or outcome.result is None:
             raise dg.Failure(
                 description=(f"model {spec.name}, partition {day}: the trainer exited with code {outcome.returncode} "
@@ -124,7 +128,7 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
 
 
 def train_config(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[DataRef], state: DataRef,
-                 output_dir: str, overrides: dict | None = None) -> TrainConfig:
+                 output_dir: str, overrides: dict | None = None, owner: str = "") -> TrainConfig:
     """The trainer's config from the spec's training section, with tuned values on top."""
     from ml_assets.tuning.space import config_overrides
 
@@ -145,6 +149,9 @@ def train_config(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
         checkpoint_every_seconds=training.checkpoint.every_seconds, keep_last=training.checkpoint.keep_last,
         checkpoint_async=training.checkpoint.async_mode,
         preemption_grace_seconds=training.checkpoint.preemption_grace_seconds,
+        orphan_grace_seconds=training.checkpoint.orphan_grace_seconds,
+        lease_ttl_seconds=training.checkpoint.lease_ttl_seconds,
+        lease_wait_seconds=training.checkpoint.lease_wait_seconds, owner=owner,
     )
     values.update(config_overrides(overrides or {}, list(training.hidden_sizes)))
     return TrainConfig(**values)

@@ -1,0 +1,194 @@
+"""Which processes are alive, and processes that must not outlive their parent. Standard library
+only: the trainer imports this, and it never imports dagster.
+
+A training runs as a chain of processes: the Dagster step (or the run worker that runs it) starts
+torchrun's agent (``ml_assets.trainer.agent``), which starts one trainer process per rank
+(``python -m ml_assets.trainer``). Each link but the first calls ``follow_parent`` as its first
+statement, so that whatever kills its parent (an out-of-memory kill, ``kill -9`` of a process group,
+a crashed node agent) also ends it within seconds instead of leaving it running, reparented to
+init, holding memory and GPUs and writing checkpoints beside the run that replaces it. torchrun
+starts its workers in sessions of their own, so killing the run worker's process group never
+reaches the ranks by itself.
+
+The parent names itself to its child in ``ML_ASSETS_PARENT`` (``pid:start``, see ``parent_token``)
+rather than the child trusting ``getppid()`` when it starts: a parent that died before the child got
+to ``follow_parent`` would otherwise go unnoticed (the child would already be init's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PARENT_ENV = "ML_ASSETS_PARENT"
+"""Set by a process for the child it starts: its own ``parent_token()``."""
+PR_SET_PDEATHSIG = 1
+
+
+def start_ticks(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot) from /proc: with the pid, it names one
+    process even after the pid is reused. None when there is no such live process (a zombie is not
+    live); "" where /proc does not exist and the process exists."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+        return "" if _exists(pid) else None
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_alive(pid: int, started: str | None) -> bool:
+    """Whether the process ``pid`` that started at ``started`` (``start_ticks``) still runs."""
+    now = start_ticks(pid)
+    if now is None:
+        return False
+    return not started or not now or now == started
+
+
+def pid_namespace() -> str:
+    """Where a pid means the same process: this boot of this machine and this pid namespace (a
+    container has its own). Two processes that report the same value can check each other's pid."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError):
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return "|".join(parts)
+
+
+def parent_token(pid: int | None = None) -> str:
+    """``pid:start`` of this process (or ``pid``), for ``PARENT_ENV`` in a child's environment."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{start_ticks(pid) or ''}"
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) naming this process as the child's parent."""
+    return {**(os.environ if env is None else env), PARENT_ENV: parent_token()}
+
+
+class Lifeline:
+    """Ties this process to its parent (see ``follow_parent``)."""
+
+    def __init__(self, parent: int, started: str, *, signum: int, grace_seconds: float, poll_seconds: float,
+                 exit_code: int, use_prctl: bool) -> None:
+        self.parent, self.started = parent, started
+        self.signum, self.grace_seconds, self.poll_seconds = signum, grace_seconds, poll_seconds
+        self.exit_code = exit_code
+        self.before_exit: list[Callable[[], None]] = []
+        """Run (errors ignored) just before the process ends itself once the grace is over."""
+        self.prctl = use_prctl and _set_parent_death_signal(signum)
+        self._thread = threading.Thread(target=self._watch, name="lifeline", daemon=True)
+        self._thread.start()
+
+    @property
+    def orphaned(self) -> bool:
+        return os.getppid() != self.parent
+
+    def describe(self) -> str:
+        return f"its parent process {self.parent} is gone"
+
+    def _watch(self) -> None:
+        # Polls even where the kernel delivers the signal (prctl): the signal only asks; a process
+        # whose main thread is blocked (a collective waiting for a dead peer) never runs its Python
+        # handler, so this thread is what guarantees the exit.
+        while not self.orphaned:
+            time.sleep(self.poll_seconds)
+        if not self.prctl:
+            with contextlib.suppress(OSError):
+                os.kill(os.getpid(), self.signum)
+        time.sleep(self.grace_seconds)
+        for callback in self.before_exit:
+            with contextlib.suppress(BaseException):
+                callback()
+        with contextlib.suppress(BaseException):
+            sys.stderr.write(f"[{os.getpid()}] {self.describe()}; exiting after {self.grace_seconds:g}s\n")
+            sys.stderr.flush()
+        os._exit(self.exit_code)
+
+
+_lifeline: Lifeline | None = None
+
+
+def follow_parent(*, grace_seconds: float = 5.0, signum: int = signal.SIGTERM, poll_seconds: float = 0.25,
+                  exit_code: int = 75, use_prctl: bool = True) -> Lifeline | None:
+    """From now on, when this process's parent exits (however it died), this process gets
+    ``signum`` at once (Linux: ``prctl(PR_SET_PDEATHSIG)``; elsewhere within ``poll_seconds``) and
+    ends itself ``grace_seconds`` later if it has not exited by then. A process that has no handler
+    for ``signum`` yet simply dies of it; one that has (the trainer's checkpoint-then-exit) gets the
+    grace to use it.
+
+    The parent is the one ``PARENT_ENV`` names; if that process already exited, this process is an
+    orphan already and gets the signal now. Without ``PARENT_ENV`` (a plain ``torchrun`` by hand), or
+    when it names a live process that is not our parent (the variable was inherited from further up
+    the chain), the current parent is followed. Started by init or from outside the pid namespace
+    (parent 0 or 1), there is nothing to follow: returns None. Calling it again returns the first
+    lifeline with the new grace."""
+    global _lifeline
+    if _lifeline is not None:
+        _lifeline.grace_seconds = grace_seconds
+        return _lifeline
+    parent, started = _named_parent()
+    if parent <= 1:
+        return None
+    _lifeline = Lifeline(parent, started, signum=signum, grace_seconds=grace_seconds, poll_seconds=poll_seconds,
+                         exit_code=exit_code, use_prctl=use_prctl)
+    if os.getppid() != parent:  # it died before the kernel was asked to tell us
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), signum)
+    return _lifeline
+
+
+def lifeline() -> Lifeline | None:
+    return _lifeline
+
+
+def orphaned() -> bool:
+    """Whether the process ``follow_parent`` tied this one to has exited."""
+    return _lifeline is not None and _lifeline.orphaned
+
+
+def _named_parent() -> tuple[int, str]:
+    actual = os.getppid()
+    pid_text, _, started = os.environ.get(PARENT_ENV, "").partition(":")
+    if not pid_text.isdigit() or int(pid_text) == actual:
+        return actual, started if pid_text.isdigit() else (start_ticks(actual) or "")
+    named = int(pid_text)
+    if is_alive(named, started):  # alive but not ours: inherited from an ancestor
+        return actual, start_ticks(actual) or ""
+    return named, started  # our parent died before we looked
+
+
+def _set_parent_death_signal(signum: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
