@@ -593,11 +593,11 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
     # The data first (a bad input fails before anything is written), then the lease, before any
     # checkpoint is read or written.
     trainer = Trainer(cfg, rt, log, report, warn)
-    lease = take_lease(cfg, rt, log, warn)
-    trainer.ckpt.lease = lease
+    lease = None
     try:
-        stop = StopSignal(cfg.preemption_grace_seconds, warn)
         try:
+            lease = trainer.ckpt.lease = take_lease(cfg, rt, log, warn)
+            stop = StopSignal(cfg.preemption_grace_seconds, warn)
             trainer.resume()
             trainer.run(stop)
         finally:

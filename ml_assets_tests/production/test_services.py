@@ -4,6 +4,7 @@ checkpoints on S3. The tests share one set of services and run in file order."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -236,8 +237,13 @@ def test_a_run_worker_killed_while_it_trains_leaves_no_rank_and_the_resumed_run_
         wait_for(lambda: len(training_ranks(services.home)) == 2, 300, "the training ranks", interval=0.05)
         ranks = training_ranks(services.home)
         os.kill(worker_pid(instance, run_id), signal.SIGKILL)
-        wait_for(lambda: all(start_ticks(pid) is None for pid in ranks), 10, "the killed worker's ranks to exit",
-                 interval=0.1)
+        try:
+            wait_for(lambda: all(start_ticks(pid) is None for pid in ranks), 10, "the killed worker's ranks to exit",
+                     interval=0.1)
+        finally:  # whatever this found, nothing of it may outlive the test
+            for pid in ranks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     final = wait_runs(services, [run_id], timeout=600)
     assert final[run_id] == "SUCCESS", services.log("daemon")[-3000:]
     registry = MlflowClient(tracking_uri=services.mlflow_url, registry_uri=services.mlflow_url)

@@ -191,3 +191,20 @@ def test_the_lease_names_everything_a_waiter_needs(directory):
     held.release()
     assert lease_store(directory).read() is None
 
+
+
+def test_a_trainer_that_cannot_get_the_lease_fails_naming_the_holder_and_is_not_restarted(tmp_path):
+    """Two ranks under torchrun with restarts left: the verdict reaches every rank, rank 0 names the
+    holder, torchrun is asked to stop instead of restarting them to wait again, nothing is written."""
+    from ml_assets_tests.trainer.toy import run, torchrun_args, toy_data, write_config
+
+    cfg = write_config(tmp_path / "config.json", toy_data(tmp_path / "data"), output_dir=str(tmp_path / "out"),
+                       epochs=1, threads=1, lease_wait_seconds=1)
+    holder, _ = lease(cfg.checkpoint_root, "Dagster run held1234")
+    holder.acquire(wait_seconds=0)
+    proc = run(torchrun_args(tmp_path / "config.json", nproc=2, max_restarts=2))
+    assert proc.returncode != 0
+    assert "is being written by another training" in proc.stderr and "Dagster run held1234" in proc.stderr
+    assert proc.stderr.count("waiting up to") == 1, proc.stderr[-3000:]  # no restart waited again
+    assert not list((tmp_path / "out").glob("checkpoints/step-*")) and not (tmp_path / "out" / "model.safetensors").exists()
+    holder.confirm()

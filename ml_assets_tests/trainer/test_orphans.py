@@ -49,13 +49,13 @@ class Home:
     def path(self) -> Path:
         return Path(self.env["ML_ASSETS_HOME"])
 
-    def spec(self, seed: int, epochs: int) -> Path:
+    def spec(self, seed: int, epochs: int, **checkpoint) -> Path:
         """A models directory with the bundled model trained for ``epochs`` with ``seed``."""
         import yaml
 
         data = small_training(copy.deepcopy(yaml.safe_load(BUNDLED_SPEC.read_text())), window_days=3, epochs=epochs)
         data["training"].update(processes_per_node=2, batch_size=32, seed=seed,
-                                checkpoint={"every_steps": 20, "every_seconds": 0})
+                                checkpoint={"every_steps": 20, "every_seconds": 0, **checkpoint})
         models = self.root / f"models-{seed}"
         write_spec(models, data)
         return models
@@ -218,3 +218,19 @@ def test_two_trainings_of_one_partition_at_once_never_write_its_checkpoints_toge
     waited = next(log for log in (first_log, second_log) if "is held by" in log.read_text()).read_text()
     assert f"Dagster run {earlier_run}" in waited and "waiting up to" in waited
     assert not trainers(home)
+
+
+def test_a_second_training_that_may_not_wait_fails_naming_the_one_that_holds_the_lease(home):
+    models = home.spec(seed=150, epochs=200, lease_wait_seconds=0)
+    runs = [home.start(models), home.start(models)]
+    wait_for(lambda: any(proc.poll() is not None for proc, _ in runs), timeout=300, what="one run to end")
+    (loser, loser_log), (winner, _) = sorted(runs, key=lambda run: run[0].poll() is None)
+    assert loser.wait() != 0
+    text = loser_log.read_text()
+    assert "is being written by another training" in text and "lease_wait_seconds 0" in text, text[-4000:]
+    holder = text.split("another training: pid ")[1].split(",")[0]  # "<pid> on <host> (Dagster run <id>)"
+    assert "(Dagster run " in holder
+    assert winner.poll() is None  # the holder trains on, untouched
+    os.killpg(winner.pid, signal.SIGKILL)
+    winner.wait()
+    assert_nothing_left(home)

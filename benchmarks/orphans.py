@@ -1,0 +1,114 @@
+"""How long a training rank outlives its torchrun agent when the agent is killed with SIGKILL (an
+out-of-memory kill, a `kill -9` of the run worker's process group).
+
+    python -m benchmarks.orphans [--quick]
+
+Ours: the platform's chain, ``python -m ml_assets.trainer.agent ... -m ml_assets.trainer`` (each
+rank follows its agent, ml_assets.processes). Baseline: plain ``torch.distributed.run`` running the
+same trainer with its lifeline switched off (benchmarks/_rank_without_lifeline.py), i.e. the
+platform before it. Two ranks train the bundled model's real features; the agent is killed at a
+moment measured from when both ranks exist: while they import (0 s), join the rendezvous and read
+data (1 s, 3 s), and mid-training (after their first checkpoint). Then the seconds until both ranks
+are gone, up to a cap (a rank still there at the cap is reported as ">cap" and killed).
+Goal (the issue: "exits promptly, a few seconds"): the worst moment's median <= 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks._training import bundled_inputs, env, spec_training
+from ml_assets.processes import child_env, start_ticks
+from ml_assets.trainer.config import TrainConfig
+
+BASELINE_RANK = Path(__file__).with_name("_rank_without_lifeline.py")
+GOAL = 5.0
+
+
+def command(variant: str, config: Path) -> list[str]:
+    common = ["--standalone", "--nproc_per_node=2", "--max-restarts=0"]
+    if variant == "ours":
+        return [sys.executable, "-m", "ml_assets.trainer.agent", *common, "-m", "ml_assets.trainer", "--config", str(config)]
+    return [sys.executable, "-m", "torch.distributed.run", *common, str(BASELINE_RANK), "--config", str(config)]
+
+
+def children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def one_kill(variant: str, moment: str, inputs: dict, cap: float) -> float:
+    """Seconds from the agent's SIGKILL until both ranks are gone (``cap`` if they are not by then)."""
+    with tempfile.TemporaryDirectory(prefix="ml_assets-orphans-") as tmp:
+        out = Path(tmp) / "out"
+        cfg = TrainConfig(**{**inputs, **spec_training(), "output_dir": str(out), "epochs": 10_000, "batch_size": 32,
+                             "threads": 1, "checkpoint_every_steps": 20, "checkpoint_every_seconds": 0})
+        (Path(tmp) / "config.json").write_text(cfg.to_json())
+        agent = subprocess.Popen(command(variant, Path(tmp) / "config.json"), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True, env=child_env(env(1)))
+        ranks: list[int] = []
+        try:
+            while len(ranks := children(agent.pid)) < 2:
+                if agent.poll() is not None:
+                    raise SystemExit(f"{variant}: torchrun exited with {agent.returncode} before its ranks started")
+                time.sleep(0.01)
+            if moment == "mid-training":
+                while not any(out.glob("checkpoints/step-*/manifest.json")):
+                    time.sleep(0.02)
+            else:
+                time.sleep(float(moment.rstrip("s")))
+            agent.kill()
+            killed = time.monotonic()
+            agent.wait()
+            while any(start_ticks(pid) is not None for pid in ranks):
+                if time.monotonic() - killed >= cap:
+                    return cap
+                time.sleep(0.01)
+            return time.monotonic() - killed
+        finally:
+            for pid in ranks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two moments, one run each, a 6 s cap")
+    args = parser.parse_args(argv)
+    moments = ["0s", "mid-training"] if args.quick else ["0s", "1s", "3s", "mid-training"]
+    repeats, cap = (1, 6.0) if args.quick else (3, 20.0)
+    with tempfile.TemporaryDirectory(prefix="ml_assets-orphans-data-") as data:
+        inputs = bundled_inputs(Path(data), train_days=2)
+        times: dict[tuple[str, str], list[float]] = {}
+        for moment in moments:
+            for _ in range(repeats):
+                for variant in ("ours", "baseline"):  # taking turns
+                    times.setdefault((moment, variant), []).append(one_kill(variant, moment, inputs, cap))
+
+    def shown(values: list[float]) -> str:
+        return "  ".join(f">{v:.0f}" if v >= cap else f"{v:.2f}" for v in values)
+
+    print(f"seconds from torchrun's SIGKILL until both ranks are gone (cap {cap:.0f} s), {repeats} run(s) each")
+    print(f"{'killed':<14} {'ours: ml_assets.trainer.agent':<32} baseline: plain torchrun, no lifeline")
+    for moment in moments:
+        print(f"{moment:<14} {shown(times[(moment, 'ours')]):<32} {shown(times[(moment, 'baseline')])}")
+    worst = max(statistics.median(times[(m, "ours")]) for m in moments)
+    left = sum(v >= cap for m in moments for v in times[(m, "baseline")])
+    print(f"baseline: ranks still running at the cap in {left} of {len(moments) * repeats} kills")
+    print(f"RESULT orphans_exit_seconds {worst:.2f} goal <= {GOAL:g}")
+
+
+if __name__ == "__main__":
+    main()
