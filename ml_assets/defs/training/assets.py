@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import signal
 import tempfile
 import warnings
 from pathlib import Path
@@ -99,12 +100,14 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             raise dg.Failure(description=f"model {spec.name}, partition {day}: {outcome.lease_held['message']}",
                              allow_retries=False)
         if outcome.returncode != 0 or outcome.result is None:
-            raise dg.Failure(
-                description=(f"model {spec.name}, partition {day}: the trainer exited with code {outcome.returncode} "
-                             f"(torchrun restarted crashed workers up to {training.max_restarts} times); its log above "
-                             "says why. Checkpoints stay in " + cfg.checkpoint_root),
-                allow_retries=False,
-            )
+            if outcome.returncode < 0:  # torchrun itself was killed (the OOM killer, kill -9)
+                why = (f"torchrun was killed by {signal.Signals(-outcome.returncode).name}; its ranks checkpointed if "
+                       "they could and exited (docs/training.md), and running the partition again resumes")
+            else:
+                why = (f"the trainer exited with code {outcome.returncode} (torchrun restarted crashed workers up to "
+                       f"{training.max_restarts} times); its log above says why")
+            raise dg.Failure(description=f"model {spec.name}, partition {day}: {why}. Checkpoints stay in "
+                                         f"{cfg.checkpoint_root}", allow_retries=False)
         reported = outcome.result
         return dg.MaterializeResult(
             data_version=reported.data_version,
