@@ -110,31 +110,19 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
         run re-executes the step under the same attempt number, so the same name), and wait until
         they are gone: their ranks checkpoint on SIGTERM and release the checkpoint lease, which this
         attempt's rank 0 then takes and resumes from."""
-        import kubernetes
-
         for attempt in range(context.retry_number + 1):
             name = job_name(spec.name, context.run_id, attempt)
-            try:
-                batch.read_namespaced_job_status(name, namespace)
-            except kubernetes.client.ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
+            if not _job_exists(batch, namespace, name):
+                continue
             context.log.warning(f"training Job {namespace}/{name} of an earlier attempt of this run is still there "
                                 "(its step process died without deleting it): deleting it before training again")
             api.delete_job_and_service(batch, core, namespace, name, context)
             deadline = time.monotonic() + spec.training.checkpoint.preemption_grace_seconds + 60
-            while time.monotonic() < deadline:
-                try:
-                    batch.read_namespaced_job_status(name, namespace)
-                except kubernetes.client.ApiException as exc:
-                    if exc.status == 404:
-                        break
-                    raise
+            while _job_exists(batch, namespace, name):
+                if time.monotonic() > deadline:
+                    raise dg.Failure(f"training Job {namespace}/{name} of an earlier attempt is still being deleted "
+                                     f"(`kubectl describe job -n {namespace} {name}`)")
                 time.sleep(self.poll_seconds)
-            else:
-                raise dg.Failure(f"training Job {namespace}/{name} of an earlier attempt is still being deleted "
-                                 f"(`kubectl describe job -n {namespace} {name}`)")
 
     def _wait_for_pod0(self, core, batch, namespace: str, name: str) -> str:
         """Pod 0's name once its container started; fails fast on what will not fix itself."""
@@ -168,3 +156,15 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                         return False, pod.metadata.name
                 return False, None
             time.sleep(self.poll_seconds)
+
+
+def _job_exists(batch, namespace: str, name: str) -> bool:
+    import kubernetes
+
+    try:
+        batch.read_namespaced_job_status(name, namespace)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

@@ -146,14 +146,18 @@ def test_killing_the_run_workers_process_group_as_the_ranks_start_leaves_no_trai
     assert_nothing_left(home)
 
 
-def test_killing_the_run_workers_process_group_mid_training_leaves_no_trainer(home):
-    proc, log = home.start(home.spec(seed=110, epochs=200))
+def kill_the_group_mid_training(home: Home, models: Path) -> None:
+    proc, log = home.start(models)
     started = time.time()
     wait_for_ranks(home, proc, log)
     wait_for(lambda: new_checkpoint(home, started), timeout=180, what="a checkpoint of this run")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert_nothing_left(home)
+
+
+def test_killing_the_run_workers_process_group_mid_training_leaves_no_trainer(home):
+    kill_the_group_mid_training(home, home.spec(seed=110, epochs=200))
 
 
 @pytest.mark.parametrize("moment", ["ranks starting", "mid-training"])
@@ -170,14 +174,8 @@ def test_killing_torchrun_alone_leaves_no_trainer_and_fails_the_step(home, momen
 
 
 def test_a_rerun_after_a_kill_resumes_from_the_last_checkpoint_and_registers_one_version(home):
-    models = home.spec(seed=130, epochs=30)
-    proc, log = home.start(models)
-    started = time.time()
-    wait_for_ranks(home, proc, log)
-    wait_for(lambda: new_checkpoint(home, started), timeout=180, what="a checkpoint of this run")
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert_nothing_left(home)
+    models = home.spec(seed=130, epochs=12)
+    kill_the_group_mid_training(home, models)
 
     again, log = home.start(models, select="group:flights_delay")
     assert again.wait(timeout=600) == 0, log.read_text()[-5000:]
