@@ -31,7 +31,8 @@ from ml_assets.features.state import cardinalities
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import read_frame, read_state, to_tensors
 from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
-from ml_assets.trainer.train import choose_precision, warmup_cosine
+from ml_assets.trainer.runtime import choose_precision
+from ml_assets.trainer.train import warmup_cosine
 
 
 def bare_loop(cfg: TrainConfig) -> float:

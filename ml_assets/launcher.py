@@ -57,7 +57,7 @@ from dagster._grpc.types import ExecuteRunArgs, ResumeRunArgs
 from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
-from ml_assets.processes import start_ticks as process_start_ticks
+from ml_assets.processes import start_ticks
 
 PID_TAG = "ml_assets/run_worker_pid"
 HOST_TAG = "ml_assets/run_worker_host"
@@ -177,7 +177,7 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
                     child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              start_new_session=True, close_fds=True)
             self._children[run.run_id] = child
-        started = process_start_ticks(child.pid) or ""
+        started = start_ticks(child.pid) or ""
         self._instance.add_run_tags(run.run_id, {PID_TAG: str(child.pid), HOST_TAG: socket.gethostname(),
                                                  STARTED_TAG: started})
         return child.pid
@@ -223,7 +223,7 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
             return None, False
         pid = int(tags[PID_TAG])
         self._reap()
-        started = process_start_ticks(pid)
+        started = start_ticks(pid)
         return pid, started is not None and started == tags.get(STARTED_TAG)
 
     @property

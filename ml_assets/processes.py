@@ -31,6 +31,11 @@ from pathlib import Path
 PARENT_ENV = "ML_ASSETS_PARENT"
 """Set by a process for the child it starts: its own ``parent_token()``."""
 PR_SET_PDEATHSIG = 1
+ORPHAN_SIGNAL = signal.SIGTERM
+"""What a process gets when its parent dies: it dies of it, or its handler checkpoints and exits."""
+ORPHAN_EXIT = 75
+"""The exit code of a process its lifeline ends (EX_TEMPFAIL, like a preempted trainer)."""
+POLL_SECONDS = 0.25
 
 
 def start_ticks(pid: int) -> str | None:
@@ -95,53 +100,46 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
 class Lifeline:
     """Ties this process to its parent (see ``follow_parent``)."""
 
-    def __init__(self, parent: int, started: str, *, signum: int, grace_seconds: float, poll_seconds: float,
-                 exit_code: int, use_prctl: bool) -> None:
-        self.parent, self.started = parent, started
-        self.signum, self.grace_seconds, self.poll_seconds = signum, grace_seconds, poll_seconds
-        self.exit_code = exit_code
+    def __init__(self, parent: int, *, grace_seconds: float, use_prctl: bool) -> None:
+        self.parent, self.grace_seconds = parent, grace_seconds
         self.before_exit: list[Callable[[], None]] = []
         """Run (errors ignored) just before the process ends itself once the grace is over."""
-        self.prctl = use_prctl and _set_parent_death_signal(signum)
-        self._thread = threading.Thread(target=self._watch, name="lifeline", daemon=True)
-        self._thread.start()
+        self.prctl = use_prctl and _set_parent_death_signal(ORPHAN_SIGNAL)
+        threading.Thread(target=self._watch, name="lifeline", daemon=True).start()
 
     @property
     def orphaned(self) -> bool:
         return os.getppid() != self.parent
-
-    def describe(self) -> str:
-        return f"its parent process {self.parent} is gone"
 
     def _watch(self) -> None:
         # Polls even where the kernel delivers the signal (prctl): the signal only asks; a process
         # whose main thread is blocked (a collective waiting for a dead peer) never runs its Python
         # handler, so this thread is what guarantees the exit.
         while not self.orphaned:
-            time.sleep(self.poll_seconds)
+            time.sleep(POLL_SECONDS)
         if not self.prctl:
             with contextlib.suppress(OSError):
-                os.kill(os.getpid(), self.signum)
+                os.kill(os.getpid(), ORPHAN_SIGNAL)
         time.sleep(self.grace_seconds)
         for callback in self.before_exit:
             with contextlib.suppress(BaseException):
                 callback()
         with contextlib.suppress(BaseException):
-            sys.stderr.write(f"[{os.getpid()}] {self.describe()}; exiting after {self.grace_seconds:g}s\n")
+            sys.stderr.write(f"[{os.getpid()}] its parent process {self.parent} is gone; exiting after "
+                             f"{self.grace_seconds:g}s\n")
             sys.stderr.flush()
-        os._exit(self.exit_code)
+        os._exit(ORPHAN_EXIT)
 
 
 _lifeline: Lifeline | None = None
 
 
-def follow_parent(*, grace_seconds: float = 5.0, signum: int = signal.SIGTERM, poll_seconds: float = 0.25,
-                  exit_code: int = 75, use_prctl: bool = True) -> Lifeline | None:
+def follow_parent(*, grace_seconds: float = 5.0, use_prctl: bool = True) -> Lifeline | None:
     """From now on, when this process's parent exits (however it died), this process gets
-    ``signum`` at once (Linux: ``prctl(PR_SET_PDEATHSIG)``; elsewhere within ``poll_seconds``) and
-    ends itself ``grace_seconds`` later if it has not exited by then. A process that has no handler
-    for ``signum`` yet simply dies of it; one that has (the trainer's checkpoint-then-exit) gets the
-    grace to use it.
+    ``ORPHAN_SIGNAL`` at once (Linux: ``prctl(PR_SET_PDEATHSIG)``; elsewhere, or with ``use_prctl``
+    off, within ``POLL_SECONDS``) and ends itself ``grace_seconds`` later if it has not exited by
+    then. A process that has no handler for the signal yet simply dies of it; one that has (the
+    trainer's checkpoint-then-exit) gets the grace to use it.
 
     The parent is the one ``PARENT_ENV`` names; if that process already exited, this process is an
     orphan already and gets the signal now. Without ``PARENT_ENV`` (a plain ``torchrun`` by hand), or
@@ -153,14 +151,13 @@ def follow_parent(*, grace_seconds: float = 5.0, signum: int = signal.SIGTERM, p
     if _lifeline is not None:
         _lifeline.grace_seconds = grace_seconds
         return _lifeline
-    parent, started = _named_parent()
+    parent = _named_parent()
     if parent <= 1:
         return None
-    _lifeline = Lifeline(parent, started, signum=signum, grace_seconds=grace_seconds, poll_seconds=poll_seconds,
-                         exit_code=exit_code, use_prctl=use_prctl)
+    _lifeline = Lifeline(parent, grace_seconds=grace_seconds, use_prctl=use_prctl)
     if os.getppid() != parent:  # it died before the kernel was asked to tell us
         with contextlib.suppress(OSError):
-            os.kill(os.getpid(), signum)
+            os.kill(os.getpid(), ORPHAN_SIGNAL)
     return _lifeline
 
 
@@ -173,15 +170,14 @@ def orphaned() -> bool:
     return _lifeline is not None and _lifeline.orphaned
 
 
-def _named_parent() -> tuple[int, str]:
+def _named_parent() -> int:
     actual = os.getppid()
     pid_text, _, started = os.environ.get(PARENT_ENV, "").partition(":")
     if not pid_text.isdigit() or int(pid_text) == actual:
-        return actual, started if pid_text.isdigit() else (start_ticks(actual) or "")
-    named = int(pid_text)
-    if is_alive(named, started):  # alive but not ours: inherited from an ancestor
-        return actual, start_ticks(actual) or ""
-    return named, started  # our parent died before we looked
+        return actual
+    if is_alive(int(pid_text), started):  # alive but not ours: inherited from an ancestor
+        return actual
+    return int(pid_text)  # our parent died before we looked
 
 
 def _set_parent_death_signal(signum: int) -> bool:

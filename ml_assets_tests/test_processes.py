@@ -124,13 +124,27 @@ def test_an_inherited_parent_variable_is_not_taken_for_a_dead_parent():
     wait_gone(follower, timeout=3)
 
 
-def test_without_a_parent_to_follow_nothing_is_followed(monkeypatch):
-    """Started by init (a container's first process): the process must not end itself."""
-    monkeypatch.delenv(processes.PARENT_ENV, raising=False)
-    monkeypatch.setattr(os, "getppid", lambda: 1)
-    monkeypatch.setattr(processes, "_lifeline", None)
-    assert processes.follow_parent() is None
-    assert not processes.orphaned()
+def test_a_process_whose_parent_is_init_follows_nothing_and_lives_on(tmp_path):
+    """Started by init (a container's first process, or reparented before it looked, with nothing
+    naming its parent): there is nothing to follow, and it must not end itself."""
+    out = tmp_path / "out"
+    code = ("import os, sys, time\n"
+            "time.sleep(0.5)  # its parent exits meanwhile: init (or a subreaper) adopts it\n"
+            "from ml_assets import processes\n"
+            "line = processes.follow_parent(grace_seconds=0.2)\n"
+            f"open({str(out)!r}, 'w').write(f'{{os.getppid()}} {{line}} {{processes.orphaned()}}')\n"
+            "time.sleep(1.0)\n"
+            f"open({str(out)!r}, 'a').write(' alive')\n")
+    launcher = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1]])"
+    env = {k: v for k, v in cli_env().items() if k != processes.PARENT_ENV}
+    subprocess.run([sys.executable, "-c", launcher, code], env=env, check=True)
+    deadline = time.monotonic() + 20
+    while not (out.exists() and out.read_text().endswith("alive")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ppid, line, orphaned, alive_after = out.read_text().split()
+    if int(ppid) == 1:  # no subreaper here: the adopted process's parent is init
+        assert (line, orphaned) == ("None", "False")
+    assert alive_after == "alive"  # a second after following (grace 0.2 s) it still ran
 
 
 def test_start_ticks_name_one_process_even_when_its_pid_is_reused():
@@ -141,8 +155,10 @@ def test_start_ticks_name_one_process_even_when_its_pid_is_reused():
         assert not processes.is_alive(child.pid, str(int(ticks) - 1))  # another process with that pid
     finally:
         child.kill()
-    time.sleep(0.2)
-    assert not processes.is_alive(child.pid, ticks)  # a zombie until reaped
+    deadline = time.monotonic() + 10
+    while processes.start_ticks(child.pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not processes.is_alive(child.pid, ticks)  # a zombie until reaped: not a live process
     child.wait()
     assert processes.start_ticks(child.pid) is None
 

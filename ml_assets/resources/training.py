@@ -20,18 +20,21 @@ class TrainingOutcome:
     result: dg.MaterializeResult | None
     messages: list[dict] = field(default_factory=list)
 
+    def _of_kind(self, kind: str) -> list[dict]:
+        return [m for m in self.messages if isinstance(m, dict) and m.get("kind") == kind]
+
     @property
     def preempted(self) -> dict | None:
-        return next((m for m in self.messages if isinstance(m, dict) and m.get("kind") == "preempted"), None)
+        return next(iter(self._of_kind("preempted")), None)
 
     @property
     def lease_held(self) -> dict | None:
         """The trainer's report that another training holds the checkpoint directory's lease."""
-        return next((m for m in self.messages if isinstance(m, dict) and m.get("kind") == "lease_held"), None)
+        return next(iter(self._of_kind("lease_held")), None)
 
     @property
     def progress(self) -> list[dict]:
-        return [m for m in self.messages if isinstance(m, dict) and m.get("kind") == "progress"]
+        return self._of_kind("progress")
 
 
 class TorchrunLauncher(dg.ConfigurableResource):
@@ -103,7 +106,7 @@ class TorchrunLauncher(dg.ConfigurableResource):
         import fsspec
 
         from ml_assets.trainer.config import TrainConfig
-        from ml_assets.trainer.train import REPORT_FILE
+        from ml_assets.trainer.report import REPORT_FILE
 
         output_dir = TrainConfig.from_json(config_path).output_dir.rstrip("/")
         threads = str(self.threads_per_process)

@@ -170,13 +170,13 @@ class CheckpointManager:
     """
 
     def __init__(self, root: str, *, rank: int, world: int, mode: str, keep_last: int,
-                 log: Callable[[str], None], warn: Callable[[str], None], lease: Lease | None = None) -> None:
+                 log: Callable[[str], None], warn: Callable[[str], None]) -> None:
         self.root = root.rstrip("/")
         self.rank, self.world, self.mode, self.keep_last = rank, world, mode, keep_last
         self.log, self.warn = log, warn
-        # Rank 0's lease on the directory: confirmed before each commit (a manifest), so a checkpoint
-        # written after another training took the directory over never becomes complete.
-        self.lease = lease
+        self.lease: Lease | None = None
+        """Rank 0's lease on the directory, once taken: confirmed before each commit (a manifest), so
+        a checkpoint written after another training took the directory over never becomes complete."""
         # DCP's background save runs collectives; on the training group they could interleave with
         # DDP's all-reduces. A group of its own (gloo: the staged copies live in CPU memory) avoids it.
         self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None

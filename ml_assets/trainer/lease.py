@@ -29,6 +29,7 @@ there is no lease without an atomic create.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -243,13 +244,12 @@ class Lease:
     """The lease on one checkpoint directory, as one trainer (rank 0) holds it."""
 
     def __init__(self, store: LeaseStore, holder: Holder, *, ttl_seconds: float, log: Callable[[str], None],
-                 warn: Callable[[str], None], wall: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 warn: Callable[[str], None]) -> None:
         self.store, self.holder, self.ttl = store, holder, ttl_seconds
-        self.log, self.warn, self.wall, self.monotonic = log, warn, wall, monotonic
+        self.log, self.warn = log, warn
         self.record: Record | None = None
         self.version: str | None = None
-        self.acquired_at: float | None = None
+        """The store's version of our lease; None while not held."""
         self.waited_seconds = 0.0
         self.took_over: str = ""
         self._lock = threading.Lock()
@@ -261,83 +261,69 @@ class Lease:
         return self.version is not None
 
     def _new_record(self) -> Record:
-        now = self.wall()
-        return Record(holder=self.holder, token=self.record.token if self.record else uuid.uuid4().hex,
-                      acquired_at=self.acquired_at or now, renewed_at=now, ttl_seconds=self.ttl)
-
-    def _own(self, record: Record, version: str) -> None:
-        self.record, self.version = record, version
-        self.acquired_at = record.acquired_at
+        now = time.time()
+        if self.record is None:
+            return Record(holder=self.holder, token=uuid.uuid4().hex, acquired_at=now, renewed_at=now,
+                          ttl_seconds=self.ttl)
+        return dataclasses.replace(self.record, renewed_at=now)
 
     def acquire(self, wait_seconds: float, poll_seconds: float = 0.5) -> None:
         """Take the lease, waiting up to ``wait_seconds`` for a live holder to release it (a stale one
         is taken over at once); ``LeaseHeld``, naming the holder, when it is still held then."""
-        started = self.monotonic()
+        started = time.monotonic()
         seen: tuple[str, float] | None = None  # (version, when first seen): expiry by our own clock
         announced = ""
         while True:
             record = self._new_record()
-            data = record.to_bytes()
-            if (version := self.store.create(data)) is not None:
-                self._own(record, version)
+            if (version := self.store.create(record.to_bytes())) is not None:
                 break
             current = self.store.read()
             if current is None:
                 continue  # released between our create and read
-            raw, version = current
-            if seen is None or seen[0] != version:
-                seen = (version, self.monotonic())
-            stale = self._stale(raw, self.monotonic() - seen[1])
-            if stale and (taken := self.store.replace(data, version)) is not None:
-                self._own(record, taken)
+            raw, held_version = current
+            if seen is None or seen[0] != held_version:
+                seen = (held_version, time.monotonic())
+            other = _parse(raw)
+            stale = self._stale(other, raw, time.monotonic() - seen[1])
+            if stale and (version := self.store.replace(record.to_bytes(), held_version)) is not None:
                 self.took_over = stale
                 self.warn(f"checkpoint lease {self.store.location}: took over from {stale}")
                 break
-            held_by = self._describe(raw)
-            waited = self.monotonic() - started
+            held_by = _describe(other)
+            waited = time.monotonic() - started
             if waited >= wait_seconds:
                 raise LeaseHeld(
                     f"checkpoint directory {self.store.location.rsplit('/', 1)[0]} is being written by another "
                     f"training: {held_by}; waited {waited:.0f}s (training.checkpoint.lease_wait_seconds "
                     f"{wait_seconds:g}). Two trainings of the same config must not write the same checkpoints; "
                     "wait for it to finish (or stop it), then run again")
-            if (token := self._token(raw)) != announced:  # once per holder, not at every renewal
+            token = other.token if other else "unreadable"
+            if token != announced:  # once per holder, not at every renewal
                 self.log(f"checkpoint lease {self.store.location} is held by {held_by}; waiting up to "
                          f"{wait_seconds - waited:.0f}s for it")
                 announced = token
             time.sleep(poll_seconds)
-        self.waited_seconds = self.monotonic() - started
+        self.record, self.version = record, version
+        self.waited_seconds = time.monotonic() - started
 
     @staticmethod
-    def _token(raw: bytes) -> str:
-        try:
-            return Record.from_bytes(raw).token
-        except (ValueError, TypeError, KeyError):
-            return "unreadable"
-
-    def _describe(self, raw: bytes) -> str:
-        try:
-            record = Record.from_bytes(raw)
-        except (ValueError, TypeError, KeyError):
-            return "an unreadable lease"
-        age = self.wall() - record.renewed_at
-        return (f"{record.holder.describe()}, holding it since "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(record.acquired_at))}, renewed {age:.0f}s ago")
-
-    def _stale(self, raw: bytes, unchanged_for: float) -> str:
-        """Why the lease in ``raw`` may be taken over ("" when it may not)."""
-        try:
-            record = Record.from_bytes(raw)
-        except (ValueError, TypeError, KeyError):
+    def _stale(record: Record | None, raw: bytes, unchanged_for: float) -> str:
+        """Why the lease ``record`` may be taken over ("" when it may not)."""
+        if record is None:
             return f"an unreadable lease ({raw[:60]!r})"
-        holder = record.holder
+        holder, ttl = record.holder, record.ttl_seconds
         if holder.checkable_here() and not processes.is_alive(holder.pid, holder.started):
             return f"{holder.describe()}, which is no longer running"
-        if unchanged_for >= record.ttl_seconds:
-            return f"{holder.describe()}, not renewed for {unchanged_for:.0f}s (ttl {record.ttl_seconds:g}s)"
-        if self.wall() - record.renewed_at >= 2 * record.ttl_seconds:
-            return f"{holder.describe()}, last renewed {self.wall() - record.renewed_at:.0f}s ago (ttl {record.ttl_seconds:g}s)"
+        if unchanged_for >= ttl:
+            return f"{holder.describe()}, not renewed for {unchanged_for:.0f}s (ttl {ttl:g}s)"
+        if (age := time.time() - record.renewed_at) >= 2 * ttl:
+            return f"{holder.describe()}, last renewed {age:.0f}s ago (ttl {ttl:g}s)"
         return ""
+
+    def _lost(self, what: str) -> LeaseLost:
+        current = self.store.read()
+        holder = "nobody" if current is None else _describe(_parse(current[0]))
+        return LeaseLost(f"checkpoint lease {self.store.location} {what}: now held by {holder}")
 
     def confirm(self) -> None:
         """Raise ``LeaseLost`` unless the lease in the store is still ours."""
@@ -346,21 +332,17 @@ class Lease:
                 raise LeaseLost(f"checkpoint lease {self.store.location} is not held")
             current = self.store.read()
             if current is None or current[1] != self.version:
-                holder = "nobody" if current is None else self._describe(current[0])
-                raise LeaseLost(f"checkpoint lease {self.store.location} was lost: now held by {holder}")
+                raise self._lost("was lost")
 
     def renew(self) -> None:
         with self._lock:
             if self.version is None:
                 raise LeaseLost(f"checkpoint lease {self.store.location} is not held")
             record = self._new_record()
-            data = record.to_bytes()
-            version = self.store.replace(data, self.version)
+            version = self.store.replace(record.to_bytes(), self.version)
             if version is None:
-                current = self.store.read()
-                holder = "nobody" if current is None else self._describe(current[0])
                 self.version = None
-                raise LeaseLost(f"checkpoint lease {self.store.location} was taken over: now held by {holder}")
+                raise self._lost("was taken over")
             self.record, self.version = record, version
 
     def start_renewing(self, on_lost: Callable[[LeaseLost], None]) -> None:
@@ -392,5 +374,19 @@ class Lease:
 
     def summary(self) -> dict:
         """What the trained checkpoint records about the lease."""
-        return {"location": self.store.location, "acquired_at": self.acquired_at,
+        return {"location": self.store.location, "acquired_at": self.record.acquired_at if self.record else None,
                 "waited_s": round(self.waited_seconds, 3), "took_over_from": self.took_over}
+
+
+def _parse(raw: bytes) -> Record | None:
+    try:
+        return Record.from_bytes(raw)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _describe(record: Record | None) -> str:
+    if record is None:
+        return "an unreadable lease"
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(record.acquired_at))
+    return f"{record.holder.describe()}, holding it since {since}, renewed {time.time() - record.renewed_at:.0f}s ago"

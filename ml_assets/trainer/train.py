@@ -31,9 +31,7 @@ import json
 import math
 import os
 import resource
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -57,77 +55,28 @@ from ml_assets.trainer.data import (
     read_verified,
     to_tensors,
 )
-from ml_assets.trainer.lease import Holder, Lease, LeaseError, lease_store
 from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
+from ml_assets.trainer.report import result_metadata, write_report
+from ml_assets.trainer.runtime import (
+    EXIT_CONFIG,
+    EXIT_LEASE,
+    EXIT_PREEMPTED,
+    LeaseUnavailable,
+    Preempted,
+    Runtime,
+    StopSignal,
+    choose_precision,
+    compute_cleanup,
+    compute_init,
+    restarts_left,
+    stop_the_agent,
+    take_lease,
+)
 
-EXIT_PREEMPTED = 75
-"""Exit code after SIGTERM once the checkpoint is written (EX_TEMPFAIL: try again later)."""
-EXIT_CONFIG = 2
-EXIT_LEASE = 73
-"""The checkpoint directory's lease is held by another training, or was lost (EX_CANTCREAT)."""
 SYNC_EVERY = 8
 """With several ranks, how often (in optimizer steps) they agree whether to stop or checkpoint: an
 all-reduce per step would cost more than the step itself for a small tabular model."""
 PROCESS_STARTED = time.perf_counter()
-
-
-@dataclass(frozen=True)
-class Runtime:
-    rank: int
-    world: int
-    device: torch.device
-    backend: str
-
-    @property
-    def master(self) -> bool:
-        return self.rank == 0
-
-
-def compute_init() -> Runtime:
-    """Join the process group torchrun describes (gloo on CPU, nccl on CUDA)."""
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend=backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return Runtime(rank, world, torch.device("cuda", local), backend)
-    return Runtime(rank, world, torch.device("cpu"), backend)
-
-
-def compute_cleanup() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def cpu_supports_bf16() -> bool:
-    """Native bf16 arithmetic (AVX512-BF16 or AMX); elsewhere bf16 autocast is slower than fp32."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            flags = next((line for line in fh if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def choose_precision(requested: str, device: torch.device, log: Callable[[str], None]) -> tuple[torch.dtype | None, bool]:
-    """(autocast dtype or None for fp32, whether a GradScaler is needed)."""
-    if device.type == "cuda":
-        if requested == "fp32":
-            return None, False
-        if requested in ("auto", "bf16") and torch.cuda.is_bf16_supported():
-            return torch.bfloat16, False
-        if requested == "bf16":
-            log("precision bf16 requested but this GPU lacks bf16: using fp16 with a GradScaler")
-        return torch.float16, True
-    if requested in ("auto", "bf16"):
-        if cpu_supports_bf16():
-            return torch.bfloat16, False
-        log(f"precision {requested}: this CPU has no native bf16 (AVX512-BF16/AMX), where bf16 autocast is "
-            "slower than fp32; training in fp32")
-    elif requested == "fp16":
-        log("precision fp16 is for CUDA; training in fp32 on the CPU")
-    return None, False
 
 
 def warmup_cosine(warmup: int, total: int, floor: float) -> Callable[[int], float]:
@@ -139,36 +88,6 @@ def warmup_cosine(warmup: int, total: int, floor: float) -> Callable[[int], floa
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
-
-
-class Preempted(Exception):
-    pass
-
-
-class StopSignal:
-    """SIGTERM (and SIGINT) set a flag; the loop checks it between optimizer steps. A watchdog ends
-    the process after the grace period if the checkpoint cannot be finished in time."""
-
-    def __init__(self, grace: float, warn: Callable[[str], None]) -> None:
-        self.requested = False
-        self.grace, self.warn = grace, warn
-        self.signal_name = ""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame) -> None:
-        if self.requested:
-            return
-        self.requested = True
-        self.signal_name = signal.Signals(signum).name
-        timer = threading.Timer(self.grace, self._give_up)
-        timer.daemon = True
-        timer.start()
-
-    def _give_up(self) -> None:
-        self.warn(f"{self.signal_name}: no checkpoint within the {self.grace:.0f}s grace period; exiting without it "
-                  "(the previous checkpoint stays the resume point)")
-        os._exit(EXIT_PREEMPTED)
 
 
 @dataclass
@@ -550,43 +469,6 @@ class Trainer:
         }
 
 
-class LeaseUnavailable(Exception):
-    """This training may not write its checkpoint directory (another one holds its lease)."""
-
-
-def take_lease(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], warn: Callable[[str], None]) -> Lease | None:
-    """Rank 0 takes the checkpoint directory's lease, waiting up to ``lease_wait_seconds`` for another
-    training of the same config to release it; every rank learns the verdict (the others get None)."""
-    lease, problem = None, ""
-    if rt.master:
-        try:
-            lease = Lease(lease_store(cfg.checkpoint_root), Holder.this_process(cfg.owner),
-                          ttl_seconds=cfg.lease_ttl_seconds, log=log, warn=warn)
-            lease.acquire(cfg.lease_wait_seconds)
-        except LeaseError as exc:
-            lease, problem = None, str(exc)
-    failed = bool(problem)
-    if rt.world > 1:
-        verdict = torch.tensor([float(failed)], device=rt.device)
-        dist.broadcast(verdict, src=0)
-        failed = bool(verdict.item())
-    if failed:
-        raise LeaseUnavailable(problem or "rank 0 could not take the checkpoint directory's lease")
-    if lease is not None:
-        if lease.took_over or lease.waited_seconds >= 1:
-            log(f"checkpoint lease {lease.store.location} taken after {lease.waited_seconds:.1f}s")
-
-        def lost(exc: LeaseError) -> None:
-            # Another trainer owns the directory now: writing on would interleave two trainings.
-            warn(f"{exc}; stopping without writing anything more")
-            os._exit(EXIT_LEASE)
-
-        lease.start_renewing(lost)
-        if (line := processes.lifeline()) is not None:
-            line.before_exit.append(lease.release)  # an orphan ended by its lifeline frees it at once
-    return lease
-
-
 def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Callable[[dict], None],
         warn: Callable[[str], None]) -> dict:
     started = time.perf_counter()
@@ -627,32 +509,6 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
     return result
 
 
-def _restarts_left() -> int:
-    """Under torchrun: how many more times the agent will restart this worker group."""
-    try:
-        return int(os.environ["TORCHELASTIC_MAX_RESTARTS"]) - int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    except (KeyError, ValueError):
-        return 0
-
-
-def _stop_the_agent() -> None:
-    """A preempted worker must not be restarted in place (the node is going away and the retry will
-    resume elsewhere), nor one that may not write its checkpoints: ask the local torchrun agent, our
-    parent, to shut down. One rank per node; never once the agent is gone (the parent is then init
-    or a subreaper)."""
-    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK") == "0" and not processes.orphaned():
-        os.kill(os.getppid(), signal.SIGTERM)
-
-
-def _project_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("ml-assets")
-    except Exception:
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="path of the training config JSON")
@@ -686,19 +542,19 @@ def main(argv: list[str] | None = None) -> int:
             result = run(cfg, rt, log, report, warn)
         except Preempted:
             code = EXIT_PREEMPTED
-            _stop_the_agent()
+            stop_the_agent()
         except LeaseUnavailable as exc:
             # Not a crash: a restart would only wait again. Rank 0 says why, the agent stops.
             warn(str(exc))
             report({"kind": "lease_held", "message": str(exc)})
             code = EXIT_LEASE
-            _stop_the_agent()
+            stop_the_agent()
         except BaseException as exc:
-            if pipes is not None and _restarts_left():
+            if pipes is not None and restarts_left():
                 # torchrun will start this rank again and it resumes; closing Pipes now would make
                 # Dagster drop everything the restarted rank 0 reports. Leave the session open.
                 warn(f"rank 0 failed ({type(exc).__name__}: {exc}); torchrun restarts it "
-                     f"({_restarts_left()} restart(s) left) and it resumes from the last checkpoint")
+                     f"({restarts_left()} restart(s) left) and it resumes from the last checkpoint")
                 traceback.print_exc()
                 sys.stderr.flush()
                 os._exit(1)
@@ -728,46 +584,6 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-REPORT_FILE = "report.json"
-"""Written by rank 0 beside the export: {"data_version": ..., "metadata": {...}} in Pipes' metadata form."""
-
-
-def write_report(output_dir: str, metadata: dict, data_version: str) -> str:
-    import fsspec
-
-    uri = f"{output_dir.rstrip('/')}/{REPORT_FILE}"
-    with fsspec.open(uri, "w", auto_mkdir=True) as fh:
-        json.dump({"data_version": data_version, "metadata": metadata}, fh, indent=1, allow_nan=True)
-    return uri
-
-
-def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str,
-                    lease: dict | None = None) -> dict:
-    """The trained checkpoint's materialization metadata (Pipes' form: typed values as raw_value/type)."""
-    p = trainer.progress
-    last = p.history[-1] if p.history else {}
-    return {
-        "checkpoint_uri": {"raw_value": saved["uri"], "type": "path"},
-        "checkpoint_sha256": saved["sha256"], "checkpoint_bytes": saved["bytes"],
-        "meta_uri": {"raw_value": saved["meta_uri"], "type": "path"}, "meta_sha256": saved["meta_sha256"],
-        "feature_state_sha256": cfg.feature_state.sha256,
-        "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
-        "world_size": rt.world, "device": str(rt.device), "backend": rt.backend,
-        "precision": str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
-        "steps": p.step, "stop_reason": p.stop_reason, "weights_from": which,
-        "resumed_from_step": trainer.resumed_from if trainer.resumed_from is not None else -1,
-        "final_train_loss": last.get("train_loss", float("nan")), "final_val_loss": last.get("val_loss", float("nan")),
-        "best_val_loss": p.best_val_loss if p.best_val_loss is not None else float("nan"),
-        "samples_per_s": round(acct["samples_per_s"], 1),
-        "data_wait_pct": round(100 * acct["data_wait_fraction"], 2),
-        "checkpoint_stall_s": round(acct["checkpoint_stall_s"], 3), "checkpoints_written": acct["checkpoints_written"],
-        "checkpoint_dir": {"raw_value": cfg.checkpoint_root, "type": "path"},
-        "cpu_hours": round(acct["cpu_hours"], 5), "gpu_hours": round(acct["gpu_hours"], 5),
-        "torch_version": torch.__version__, "ml_assets_version": _project_version(),
-        "config_fingerprint": p.fingerprint,
-        "history": {"raw_value": p.history, "type": "json"},
-        "checkpoint_lease": {"raw_value": lease or {}, "type": "json"},
-    }
 
 
 if __name__ == "__main__":

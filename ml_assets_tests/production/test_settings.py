@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import yaml
 
 from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
 from ml_assets.defs.common import GPU_POOL
-from ml_assets.launcher import WORKER_PRELOAD, process_start_ticks
+from ml_assets.launcher import WORKER_PRELOAD
 from ml_assets.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,20 +107,6 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     raw = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
     assert raw["storage"]["custom"] == {"module": "ml_assets.pg_storage", "class": "PooledPostgresStorage",
                                         "config": {"postgres_url": {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}}}  # no secret
-
-
-def test_the_launcher_tells_a_live_process_from_a_gone_one():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        assert process_start_ticks(child.pid) is not None
-    finally:
-        child.kill()
-    deadline = time.monotonic() + 10
-    while process_start_ticks(child.pid) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert process_start_ticks(child.pid) is None  # a zombie until reaped: not a running worker
-    child.wait()
-    assert process_start_ticks(child.pid) is None
 
 
 def test_the_launchers_preload_is_installed_libraries_only_and_starts_no_thread():

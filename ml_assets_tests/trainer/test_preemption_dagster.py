@@ -16,7 +16,7 @@ import pytest
 
 from ml_assets_tests.conftest import cli_env, small_training, write_spec
 from ml_assets_tests.test_e2e_cli import INGEST, latest_metadata, materialize
-from ml_assets_tests.trainer.toy import descendants, wait_for
+from ml_assets_tests.trainer.toy import descendants, python_module, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ def trainer_workers(root: int) -> list[int]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"-m" in cmdline[:4] and cmdline[cmdline.index(b"-m") + 1] == b"ml_assets.trainer":  # a rank
+        if python_module([part.decode(errors="replace") for part in cmdline]) == "ml_assets.trainer":  # a rank
             pids.append(pid)
     return pids
 

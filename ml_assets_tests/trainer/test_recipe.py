@@ -12,7 +12,8 @@ from safetensors.torch import load as safetensors_load
 
 from ml_assets.trainer.data import ResumableSampler
 from ml_assets.trainer.model import ModelConfig, build_model
-from ml_assets.trainer.train import choose_precision, warmup_cosine
+from ml_assets.trainer.runtime import choose_precision
+from ml_assets.trainer.train import warmup_cosine
 from ml_assets_tests.trainer.toy import run, torchrun_args, toy_data, write_config
 
 
@@ -83,10 +84,10 @@ def test_warmup_then_cosine_to_the_floor():
 
 def test_precision_falls_back_on_cpus_without_bf16_and_says_so(monkeypatch):
     said = []
-    monkeypatch.setattr("ml_assets.trainer.train.cpu_supports_bf16", lambda: False)
+    monkeypatch.setattr("ml_assets.trainer.runtime.cpu_supports_bf16", lambda: False)
     assert choose_precision("auto", torch.device("cpu"), said.append) == (None, False)
     assert "no native bf16" in said[-1] and "fp32" in said[-1]
-    monkeypatch.setattr("ml_assets.trainer.train.cpu_supports_bf16", lambda: True)
+    monkeypatch.setattr("ml_assets.trainer.runtime.cpu_supports_bf16", lambda: True)
     assert choose_precision("auto", torch.device("cpu"), said.append) == (torch.bfloat16, False)
     assert choose_precision("fp32", torch.device("cpu"), said.append) == (None, False)
 

@@ -32,9 +32,9 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         window_mapping = dg.TimeWindowPartitionMapping(
             start_offset=-width, end_offset=-1, allow_nonexistent_upstream_partitions=True
         )
-    version = code_version(spec, ("training", "features", "target"), "ml_assets.trainer.train", "ml_assets.trainer.model",
-                           "ml_assets.trainer.config", "ml_assets.trainer.data", "ml_assets.trainer.checkpoint",
-                           "ml_assets.features.state")
+    version = code_version(spec, ("training", "features", "target"), "ml_assets.trainer.train",
+                           "ml_assets.trainer.runtime", "ml_assets.trainer.model", "ml_assets.trainer.config",
+                           "ml_assets.trainer.data", "ml_assets.trainer.checkpoint", "ml_assets.features.state")
 
     @dg.asset(
         key=asset_key(spec, "trained_checkpoint"),
