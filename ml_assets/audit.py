@@ -57,6 +57,7 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
             "champion_metrics": ((report or {}).get("champion") or {}).get("metrics"),
             "primary_delta": (report or {}).get("primary_delta"), "test_rows": (report or {}).get("test_rows"),
             "test_data_commit": (report or {}).get("test_data_commit"),
+            "test_days": (report or {}).get("test_days"),
             "gate_clauses": ((report or {}).get("gate") or {}).get("clauses"),
         },
         "data_days": [{"day": d["day"], "role": d["role"], "snapshot_commit": d.get("snapshot_commit"),
@@ -67,6 +68,7 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
         "promotion_log": f"{repo_for_model(model)}@main:{promotion.log_path(model)}",
         "pins": {
             "data_commit": tags.get("data_commit"), "data_commits": json.loads(tags.get("data_commits", "{}")),
+            "skipped_days": json.loads(tags.get("skipped_days", "{}")),
             "code_version": tags.get("code_version"), "torch_version": tags.get("torch_version"),
             "world_size": tags.get("world_size"), "seed": (config or {}).get("seed", tags.get("seed")),
             "hyperparameters_source": tags.get("hyperparameters_source"),
@@ -90,8 +92,10 @@ def render_markdown(a: dict[str, Any]) -> str:
     if ev["metrics"]:
         primary = ev["primary_metric"]
         lo, hi = ev["primary_interval"]
+        tested = ev["test_days"] or []
         out.append(f"{primary} {ev['metrics'][primary]:.4f} (interval {lo:.4f}..{hi:.4f}) on {ev['test_rows']} "
-                   f"held-out rows of data commit {ev['test_data_commit']}")
+                   f"held-out rows" + (f" of {', '.join(tested)}" if tested else "")
+                   + f" (data commit {ev['test_data_commit']})")
         if ev["primary_delta"]:
             d, dlo, dhi = ev["primary_delta"]
             out.append(f"change over the champion then: {d:+.4f} (interval {dlo:+.4f}..{dhi:+.4f})")
@@ -108,6 +112,9 @@ def render_markdown(a: dict[str, Any]) -> str:
     for d in a["data_days"]:
         out.append(f"| {d['day']} | {d['role']} | {(d['snapshot_commit'] or '')[:12]} | {d['checks_passed']} | "
                    f"{d['published_by_dagster_run']} |")
+    skipped = pins["skipped_days"]
+    out += ["", f"Days skipped (training.missing_days: skip): {len(skipped)}"]
+    out += [f"- {day}: {why}" for day, why in sorted(skipped.items())]
     out += ["", f"## Promotions ({a['promotion_log']})", ""]
     if not a["promotions"]:
         out.append("never promoted")

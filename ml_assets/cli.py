@@ -56,16 +56,20 @@ def demo(model: str, day: str | None) -> int:
     from ml_assets.spec import load_spec
 
     spec = load_spec(settings.models_dir / f"{model}.yaml")
-    width = spec.training.window_days
-    target = dt.date.fromisoformat(day) if day else spec.partitioning.start + dt.timedelta(days=width)
-    days = [target - dt.timedelta(days=width - i) for i in range(width)]
+    # The window and every test day but the target's own are ingested first.
+    before = spec.training.window_days + spec.evaluation.test_days - 1
+    target = dt.date.fromisoformat(day) if day else spec.partitioning.start + dt.timedelta(days=before)
+    days = [target - dt.timedelta(days=before - i) for i in range(before)]
     instance = dg.DagsterInstance.get()
     job = ml_assets.code_location.resolve_job_def(f"{spec.name}_daily")
     started = time.perf_counter()
     _say(f"ml_assets demo: model {spec.name}, home {settings.home}")
+    tests = spec.evaluation.test_days
     print(f"    {len(days)} days of data ({days[0]}..{days[-1]}) are ingested, validated and featurized;\n"
-          f"    then {target} is trained on them (torchrun, {spec.training.processes_per_node} processes), "
-          "evaluated on its own day against the champion, registered and, if the gate passed, promoted.", flush=True)
+          f"    then partition {target} trains on the first {spec.training.window_days} of them (torchrun, "
+          f"{spec.training.processes_per_node} processes; the last {spec.training.validation_days} validate), is "
+          f"evaluated on the {tests} held-out day(s) ending {target} against a baseline and the champion, "
+          "registered and, if the gate passed, promoted.", flush=True)
     for i, current in enumerate(days, start=1):
         _say(f"[{i}/{len(days) + 1}] {current}: {' -> '.join(INGEST_STAGES)}")
         result = job.execute_in_process(
@@ -135,6 +139,10 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     production = _latest(instance, asset_key(spec, "production_model"), None)
     tags = registered["tags"]
     metrics = "  ".join(f"{m} {report[m]:.4f}" for m in spec.evaluation.metrics)
+    tested = report["test_days"]
+    tested = tested[0] if len(tested) == 1 else f"{tested[0]}..{tested[-1]}"
+    best = next((b for b in report["baseline"]["baselines"] if b["name"] == report["baseline"]["best"]), None)
+    baseline = "  ".join(f"{m} {best['metrics'][m]:.4f}" for m in spec.evaluation.metrics) if best else "none"
     alias = f" (alias @{registered['alias']})" if registered.get("alias") else ""
     champion = (f"version {production['champion_version']} ({production['decision']} by {production['actor']}: "
                 f"{production['reason'][:90]})") if production else "none yet"
@@ -143,7 +151,8 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     registered model   {registered['model_name']} version {registered['model_version']}{alias}
     learned from       main commit {tags['data_commit']} of repository {spec.repository}
                        (training days' commits are in the version's 'data_commits' tag)
-    test metrics       {metrics}   on {day}: {report['test_rows']} held-out flights
+    test metrics       {metrics}   on {tested}: {report['test_rows']} held-out rows
+    best baseline      {baseline}   ({best['description'] if best else ''})
     promotion gate     {'passed' if report['gate_passed'] else 'FAILED'}: {report['gate_reason'][:100]}
     @champion          {champion}
     MLflow run         {registered['mlflow_run_id']}
@@ -226,21 +235,31 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     try:
         for verdict in replay(spec, first, last, ignore_waivers=ignore_waivers):
             verdicts.append(verdict)
-            if not as_json:
+            if not as_json and verdict.absent:
+                print(f"gap  {verdict.day}  absent: {verdict.absent}", flush=True)
+            elif not as_json:
                 state = "ok  " if verdict.passed else "FAIL"
                 extra = f", {verdict.quarantined} quarantined" if verdict.quarantined else ""
                 extra += "".join(f"; {name} failed, waived: {why}" for name, why in verdict.waived.items())
                 print(f"{state} {verdict.day} {verdict.rows:>7} rows{extra}", flush=True)
                 for name, summary in verdict.failed.items():
                     print(f"       {name}: {summary}", flush=True)
+                for name, summary in verdict.warned.items():
+                    print(f"       {name} (warn): {summary}", flush=True)
     except SourceError as exc:
         print(f"ml-assets replay-checks: {exc}", file=sys.stderr)
         return 2
-    failed = [v for v in verdicts if not v.passed]
+    judged = [v for v in verdicts if not v.absent]
+    if verdicts and not judged:  # not a gap: the source itself cannot be read (a path or table is wrong)
+        print(f"ml-assets replay-checks: no day could be read from the source: {verdicts[0].absent}", file=sys.stderr)
+        return 2
+    failed = [v for v in judged if not v.passed]
     if as_json:
         print(json.dumps([v.as_dict() for v in verdicts], indent=2))
     else:
-        print(f"{len(failed)} of {len(verdicts)} days fail ({len(failed) / max(len(verdicts), 1):.1%})")
+        absent = len(verdicts) - len(judged)
+        print(f"{len(failed)} of {len(judged)} days fail ({len(failed) / max(len(judged), 1):.1%})"
+              + (f"; {absent} day(s) absent from the source, not judged" if absent else ""))
     return 1 if failed else 0
 
 

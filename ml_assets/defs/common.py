@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import io
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,15 @@ def daily_partitions(spec: ModelSpec) -> dg.DailyPartitionsDefinition:
     part = spec.partitioning
     end = (part.end + dt.timedelta(days=1)).isoformat() if part.end else None  # Dagster's end is exclusive
     return dg.DailyPartitionsDefinition(start_date=part.start.isoformat(), end_date=end, timezone=part.timezone)
+
+
+def features_window_mapping(start_offset: int, end_offset: int) -> dg.TimeWindowPartitionMapping:
+    """Days ``start_offset..end_offset`` around a partition (0: its own day); days before the first
+    partition do not exist rather than fail the mapping."""
+    with warnings.catch_warnings():  # allow_nonexistent_upstream_partitions is marked beta
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.TimeWindowPartitionMapping(start_offset=start_offset, end_offset=end_offset,
+                                             allow_nonexistent_upstream_partitions=True)
 
 
 def partition_day(context: dg.AssetExecutionContext) -> dt.date:

@@ -4,6 +4,10 @@ Classification predictions are probabilities of the positive class (labels 0/1);
 for precision/recall/F1 is chosen on validation rows (``choose_threshold``), never on the rows
 being scored. ROC-AUC and PR-AUC are computed here in numpy (rank statistic and step-wise average
 precision, identical to scikit-learn's) because the bootstrap calls them about a thousand times.
+
+Multiclass predictions are an (n, K) array of class probabilities (rows sum to 1) and labels are
+class indices 0..K-1; the predicted class is the most probable one. The bootstrap and the slices
+take 1-D and 2-D predictions alike: they resample or select rows.
 """
 
 from __future__ import annotations
@@ -13,15 +17,23 @@ from collections.abc import Callable
 import numpy as np
 from sklearn.metrics import precision_recall_curve
 
-from ml_assets.spec import CLASSIFICATION_METRICS, HIGHER_IS_BETTER, REGRESSION_METRICS  # noqa: F401
+from ml_assets.spec import (  # noqa: F401
+    CLASSIFICATION_METRICS,
+    HIGHER_IS_BETTER,
+    MULTICLASS_METRICS,
+    REGRESSION_METRICS,
+)
 
 CLASSIFICATION = "binary_classification"
 REGRESSION = "regression"
-TASKS = (CLASSIFICATION, REGRESSION)
+MULTICLASS = "multiclass_classification"
+TASKS = (CLASSIFICATION, REGRESSION, MULTICLASS)
 
 THRESHOLD_METRICS = ("precision", "recall", "f1")
 
 LOG_LOSS_EPS = 1e-7
+ECE_BINS = 10
+PROBABILITY_SUM_TOLERANCE = 1e-3  # float32 softmax outputs sum to 1 within ~1e-6
 # Bootstrap indices are drawn in row blocks of at most this many cells: the same numbers as one
 # ``integers(size=(n, rows))`` call (PCG64 draws them in order), without n x rows int64s in memory.
 _BOOTSTRAP_CELLS = 1 << 23
@@ -59,6 +71,34 @@ def _pair(y, pred, what: str = "predictions") -> tuple[np.ndarray, np.ndarray]:
     if len(y) == 0:
         raise MetricError("no held-out rows to evaluate on")
     return y, pred
+
+
+def _rows(y, pred, what: str = "predictions") -> tuple[np.ndarray, np.ndarray]:
+    """Labels and predictions of the same rows: one prediction per row, or one row of class
+    probabilities per row (multiclass)."""
+    y = _vector(y, "labels")
+    pred = np.asarray(pred)
+    pred = _matrix(pred, what) if pred.ndim == 2 else _vector(pred, what)
+    if len(y) != len(pred):
+        raise MetricError(f"{len(y)} labels but {len(pred)} {what}; they must be the same rows")
+    if len(y) == 0:
+        raise MetricError("no held-out rows to evaluate on")
+    return y, pred
+
+
+def _matrix(values, what: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 2:
+        raise MetricError(f"{what} must be two-dimensional (rows x classes); got shape {arr.shape}")
+    try:
+        arr = arr.astype(float, copy=False)
+    except (TypeError, ValueError) as exc:
+        raise MetricError(f"{what} must be numeric; got dtype {arr.dtype}") from exc
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise MetricError(f"{what} contain {int(bad.sum())} missing or infinite value(s); "
+                          "drop or impute them before evaluating")
+    return arr
 
 
 def _binary(y: np.ndarray) -> np.ndarray:
@@ -152,7 +192,7 @@ def _f1(y: np.ndarray, p: np.ndarray, threshold: float) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
-def expected_calibration_error(y, p, bins: int = 10) -> float:
+def expected_calibration_error(y, p, bins: int = ECE_BINS) -> float:
     """ECE over ``bins`` equal-width bins on [0, 1]: the row-weighted mean |rate - mean prob|."""
     y, p = _pair(y, p)
     return _ece(_binary(y), _probabilities(p), bins)
@@ -191,7 +231,7 @@ def classification_metrics(y, p, threshold: float) -> dict[str, float]:
         "pr_auc": _pr_auc(y, p),
         "log_loss": _log_loss(y, p),
         "brier": _brier(y, p),
-        "ece": _ece(y, p, 10),
+        "ece": _ece(y, p, ECE_BINS),
         "precision": _precision(y, p, threshold),
         "recall": _recall(y, p, threshold),
         "f1": _f1(y, p, threshold),
@@ -224,15 +264,119 @@ def regression_metrics(y, pred) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------
+# multiclass
+
+
+def _multiclass(y, p) -> tuple[np.ndarray, np.ndarray]:
+    """Labels as int64 class indices and probabilities as an (n, K) array, both checked."""
+    y, p = _rows(y, p)
+    if p.ndim != 2 or p.shape[1] < 2:
+        raise MetricError(f"multiclass predictions must be rows x classes (at least 2); got shape {p.shape}")
+    k = p.shape[1]
+    bad = (y != np.round(y)) | (y < 0) | (y >= k)
+    if bad.any():
+        found = ", ".join(f"{v:g}" for v in np.unique(y[bad])[:5])
+        raise MetricError(f"multiclass labels must be class indices 0..{k - 1}; found {found}")
+    sums = p.sum(axis=1)
+    if p.min() < 0 or p.max() > 1 or np.abs(sums - 1).max() > PROBABILITY_SUM_TOLERANCE:
+        raise MetricError(f"multiclass predictions must be class probabilities summing to 1 per row; got values "
+                          f"from {p.min():g} to {p.max():g}, row sums from {sums.min():g} to {sums.max():g} "
+                          "(apply a softmax to scores first)")
+    return y.astype(np.int64), p
+
+
+def _predicted(p: np.ndarray) -> np.ndarray:
+    return p.argmax(axis=1)  # ties: the first class, as scikit-learn's argmax-based scorers
+
+
+def _accuracy(y: np.ndarray, p: np.ndarray) -> float:
+    return float(np.mean(_predicted(p) == y))
+
+
+def _class_counts(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per class: true positives, predicted rows, actual rows."""
+    k, hat = p.shape[1], _predicted(p)
+    tp = np.bincount(y[hat == y], minlength=k)
+    return tp, np.bincount(hat, minlength=k), np.bincount(y, minlength=k)
+
+
+def _macro_f1(y: np.ndarray, p: np.ndarray) -> float:
+    """The mean F1 over the classes that occur among the labels or the predictions (as
+    scikit-learn's default): a class absent from a slice and never predicted there is not a zero."""
+    tp, predicted, actual = _class_counts(y, p)
+    seen = (predicted + actual) > 0
+    return float(np.mean(2 * tp[seen] / (predicted[seen] + actual[seen])))
+
+
+def _top_k_accuracy(y: np.ndarray, p: np.ndarray, k: int) -> float:
+    """Share of rows whose class is among the k most probable (a tie with the k-th counts as in)."""
+    if k < 1:
+        raise MetricError(f"top-k accuracy needs k of at least 1; got {k}")
+    truth = p[np.arange(len(y)), y]
+    above = (p > truth[:, None]).sum(axis=1)
+    return float(np.mean(above < k))
+
+
+def _multiclass_log_loss(y: np.ndarray, p: np.ndarray) -> float:
+    truth = np.clip(p[np.arange(len(y)), y], LOG_LOSS_EPS, 1.0)
+    return float(-np.mean(np.log(truth)))
+
+
+def _top_label_ece(y: np.ndarray, p: np.ndarray, bins: int) -> float:
+    """Top-label (confidence) calibration error: the binary ECE of "the predicted class is right"
+    against the predicted class's probability. One number that reads like the binary ECE; the
+    classwise variant would average K such errors, most of them over near-zero probabilities."""
+    confidence = p.max(axis=1)
+    return _ece((_predicted(p) == y).astype(float), confidence, bins)
+
+
+def multiclass_metrics(y, p, top_k: int = 2) -> dict[str, float]:
+    """Every metric in MULTICLASS_METRICS; labels are class indices, p is (n, K) probabilities."""
+    y, p = _multiclass(y, p)
+    return {
+        "accuracy": _accuracy(y, p),
+        "macro_f1": _macro_f1(y, p),
+        "top_k_accuracy": _top_k_accuracy(y, p, top_k),
+        "log_loss": _multiclass_log_loss(y, p),
+        "ece": _top_label_ece(y, p, ECE_BINS),
+    }
+
+
+def per_class_metrics(y, p, classes: list[str]) -> list[dict]:
+    """Per class: its rows and share of them, how often it is predicted, precision and recall of
+    predicting it (0.0 where undefined: never predicted, or no rows of it, as zero_division=0)."""
+    y, p = _multiclass(y, p)
+    if len(classes) != p.shape[1]:
+        raise MetricError(f"{len(classes)} class names for predictions of {p.shape[1]} classes")
+    tp, predicted, actual = _class_counts(y, p)
+    return [{"class": name, "rows": int(actual[i]), "rate": float(actual[i] / len(y)), "predicted": int(predicted[i]),
+             "precision": float(tp[i] / predicted[i]) if predicted[i] else 0.0,
+             "recall": float(tp[i] / actual[i]) if actual[i] else 0.0}
+            for i, name in enumerate(classes)]
+
+
+def class_rates(y, classes: int) -> list[float]:
+    """The share of rows of each class index 0..classes-1."""
+    y = _vector(y, "labels")
+    if len(y) == 0:
+        raise MetricError("no rows to count classes on")
+    return [float(v) for v in np.bincount(y.astype(np.int64), minlength=classes)[:classes] / len(y)]
+
+
+# ---------------------------------------------------------------------------------------------
 # dispatch
 
 
 _CLASSIFICATION_FNS: dict[str, Callable[..., float]] = {
     "roc_auc": _roc_auc, "pr_auc": _pr_auc, "log_loss": _log_loss, "brier": _brier,
-    "ece": lambda y, p: _ece(y, p, 10),
+    "ece": lambda y, p: _ece(y, p, ECE_BINS),
     "precision": _precision, "recall": _recall, "f1": _f1,
 }
 _REGRESSION_FNS: dict[str, MetricFn] = {"rmse": _rmse, "mae": _mae, "r2": _r2}
+_MULTICLASS_FNS: dict[str, Callable[..., float]] = {
+    "accuracy": _accuracy, "macro_f1": _macro_f1, "top_k_accuracy": _top_k_accuracy,
+    "log_loss": _multiclass_log_loss, "ece": lambda y, p: _top_label_ece(y, p, ECE_BINS),
+}
 
 
 def _check_task(task: str) -> None:
@@ -240,9 +384,24 @@ def _check_task(task: str) -> None:
         raise MetricError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
 
 
-def metric_function(task: str, name: str, threshold: float | None = None) -> MetricFn:
+def _multiclass_function(name: str, top_k: int) -> MetricFn:
+    if name not in _MULTICLASS_FNS:
+        raise MetricError(f"unknown multiclass metric {name!r}; expected one of {', '.join(MULTICLASS_METRICS)}")
+    base = _MULTICLASS_FNS[name]
+    args = (top_k,) if name == "top_k_accuracy" else ()
+
+    def multiclass_fn(y, p) -> float:
+        return base(*_multiclass(y, p), *args)
+
+    multiclass_fn.__name__ = name
+    return multiclass_fn
+
+
+def metric_function(task: str, name: str, threshold: float | None = None, *, top_k: int = 2) -> MetricFn:
     """One metric as a function of (y, pred), checking its inputs: for bootstraps and slices."""
     _check_task(task)
+    if task == MULTICLASS:
+        return _multiclass_function(name, top_k)
     if task == REGRESSION:
         if name not in _REGRESSION_FNS:
             raise MetricError(f"unknown regression metric {name!r}; expected one of "
@@ -271,11 +430,13 @@ def metric_function(task: str, name: str, threshold: float | None = None) -> Met
     return classification_fn
 
 
-def compute_metrics(task: str, y, pred, threshold: float | None = None) -> dict[str, float]:
-    """Every metric of the task; classification needs the validation-chosen threshold."""
+def compute_metrics(task: str, y, pred, threshold: float | None = None, *, top_k: int = 2) -> dict[str, float]:
+    """Every metric of the task; binary classification needs the validation-chosen threshold."""
     _check_task(task)
     if task == REGRESSION:
         return regression_metrics(y, pred)
+    if task == MULTICLASS:
+        return multiclass_metrics(y, pred, top_k)
     if threshold is None:
         raise MetricError("classification metrics need a decision threshold; choose one on "
                           "validation rows with choose_threshold")
@@ -328,7 +489,7 @@ def bootstrap_ci(y, pred, fn: MetricFn, *, n: int = 1000, level: float = 0.95,
                  seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of fn over resampled rows; undefined resamples are skipped."""
     _check_bootstrap(n, level)
-    y, pred = _pair(y, pred)
+    y, pred = _rows(y, pred)
     values = np.array([_safe(fn, y[i], pred[i])
                        for block in _resample_indices(len(y), n, seed) for i in block])
     return _interval(values, level)
@@ -342,8 +503,11 @@ def paired_bootstrap_delta(y, pred_new, pred_old, fn: MetricFn, *, n: int = 1000
     narrower than the difference of two independent intervals.
     """
     _check_bootstrap(n, level)
-    y, pred_new = _pair(y, pred_new, "new predictions")
-    _, pred_old = _pair(y, pred_old, "old predictions")
+    y, pred_new = _rows(y, pred_new, "new predictions")
+    _, pred_old = _rows(y, pred_old, "old predictions")
+    if pred_new.shape != pred_old.shape:
+        raise MetricError(f"new predictions of shape {pred_new.shape} and old of {pred_old.shape}: the two "
+                          "models must predict the same classes")
     point = float(fn(y, pred_new)) - float(fn(y, pred_old))
     deltas = np.array([_safe(fn, y[i], pred_new[i]) - _safe(fn, y[i], pred_old[i])
                        for block in _resample_indices(len(y), n, seed) for i in block])
@@ -372,9 +536,11 @@ def slice_metrics(columns: dict[str, np.ndarray], y, pred, fn: MetricFn, *,
     """fn on the rows of each value of each slice column: where a model fails a subgroup.
 
     Slices under ``min_size`` rows, or where fn is undefined (e.g. a single class), are listed
-    with metric None and the reason. Sorted by column, then rows descending.
+    with metric None and the reason. Each row carries its label mix: ``positive_rate`` (the mean
+    label), or ``class_rates`` (each class's share) for multiclass predictions. Sorted by column,
+    then rows descending.
     """
-    y, pred = _pair(y, pred)
+    y, pred = _rows(y, pred)
     if min_size < 1:
         raise MetricError(f"min_size must be at least 1; got {min_size}")
     out = []
@@ -397,8 +563,9 @@ def slice_metrics(columns: dict[str, np.ndarray], y, pred, fn: MetricFn, *,
                 else:
                     if not np.isfinite(metric):
                         metric, reason = None, "the metric is undefined on this slice"
-            out.append({"column": column, "value": str(value), "rows": rows,
-                        "positive_rate": float(y[mask].mean()), "metric": metric,
+            mix = ({"class_rates": class_rates(y[mask], pred.shape[1])} if pred.ndim == 2
+                   else {"positive_rate": float(y[mask].mean())})
+            out.append({"column": column, "value": str(value), "rows": rows, **mix, "metric": metric,
                         "reason": reason})
     out.sort(key=lambda r: (r["column"], -r["rows"], r["value"]))
     return out

@@ -18,12 +18,15 @@ from matplotlib.figure import Figure  # noqa: E402
 from sklearn.metrics import precision_recall_curve, roc_curve  # noqa: E402
 
 from ml_assets.evaluation.metrics import (  # noqa: E402
+    ECE_BINS,
     MetricError,
     _binary,
     _both_classes,
     _ece,
+    _multiclass,
     _pair,
     _pr_auc,
+    _predicted,
     _probabilities,
     _roc_auc,
 )
@@ -91,25 +94,67 @@ def pr_curve_png(y, preds: dict[str, np.ndarray], path) -> Path:
     return _save(fig, path)
 
 
-def calibration_png(y, preds: dict[str, np.ndarray], path, bins: int = 10) -> Path:
-    """Reliability diagram: observed positive rate vs mean predicted probability per bin."""
+def _reliability(ax, label: str, yy: np.ndarray, pp: np.ndarray, bins: int) -> None:
+    idx = np.minimum((pp * bins).astype(int), bins - 1)
+    counts = np.bincount(idx, minlength=bins)
+    used = counts > 0  # empty bins have no rate to show
+    mean_p = np.bincount(idx, pp, minlength=bins)[used] / counts[used]
+    rate = np.bincount(idx, yy, minlength=bins)[used] / counts[used]
+    ax.plot(mean_p, rate, marker="o", label=f"{label} (ECE {_ece(yy, pp, bins):.3f})")
+
+
+def calibration_png(y, preds: dict[str, np.ndarray], path, bins: int = ECE_BINS) -> Path:
+    """Reliability diagram: observed positive rate vs mean predicted probability per bin.
+    Multiclass predictions (rows x classes) are drawn top-label: how often the predicted class is
+    right vs its probability, the curve behind the multiclass ECE."""
     _models(preds)
     if bins < 1:
         raise MetricError(f"bins must be at least 1; got {bins}")
     fig, ax = _figure()
     ax.plot([0, 1], [0, 1], "--", color="grey", linewidth=1, label="perfectly calibrated")
+    multiclass = False
     for label, p in preds.items():
+        if np.ndim(p) == 2:
+            multiclass = True
+            yy, pp = _multiclass(y, p)
+            _reliability(ax, label, (_predicted(pp) == yy).astype(float), pp.max(axis=1), bins)
+            continue
         yy, pp = _pair(y, p, f"predictions of {label!r}")
-        yy, pp = _binary(yy), _probabilities(pp)
-        idx = np.minimum((pp * bins).astype(int), bins - 1)
-        counts = np.bincount(idx, minlength=bins)
-        used = counts > 0  # empty bins have no rate to show
-        mean_p = np.bincount(idx, pp, minlength=bins)[used] / counts[used]
-        rate = np.bincount(idx, yy, minlength=bins)[used] / counts[used]
-        ax.plot(mean_p, rate, marker="o", label=f"{label} (ECE {_ece(yy, pp, bins):.3f})")
-    ax.set(title=f"Calibration ({bins} equal-width bins)", xlabel="mean predicted probability",
-           ylabel="observed positive rate", xlim=(0, 1), ylim=(0, 1))
+        _reliability(ax, label, _binary(yy), _probabilities(pp), bins)
+    ax.set(title=f"Calibration ({bins} equal-width bins{', top label' if multiclass else ''})",
+           xlabel="mean predicted probability" + (" of the predicted class" if multiclass else ""),
+           ylabel="observed accuracy" if multiclass else "observed positive rate", xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="upper left", fontsize="small")
+    return _save(fig, path)
+
+
+def confusion_matrix_png(y, preds: dict[str, np.ndarray], classes: list[str], path) -> Path:
+    """Multiclass: per model, the share of each true class's rows predicted as each class (rows sum
+    to 1, so a rare class reads as clearly as a common one), with the row counts on the axis."""
+    _models(preds)
+    k = len(classes)
+    size = max(FIGSIZE[1], 1.5 + 0.6 * k)
+    fig = Figure(figsize=(size * len(preds), size), dpi=DPI)
+    FigureCanvasAgg(fig)
+    for i, (label, p) in enumerate(preds.items()):
+        yy, pp = _multiclass(y, p)
+        if pp.shape[1] != k:
+            raise MetricError(f"{k} class names for predictions of {pp.shape[1]} classes by {label!r}")
+        counts = np.zeros((k, k))
+        np.add.at(counts, (yy, _predicted(pp)), 1)
+        actual = counts.sum(axis=1)
+        share = np.divide(counts, actual[:, None], out=np.zeros_like(counts), where=actual[:, None] > 0)
+        ax = fig.add_subplot(1, len(preds), i + 1)
+        ax.imshow(share, vmin=0, vmax=1, cmap="Blues")
+        for t in range(k):
+            for q in range(k):
+                ax.text(q, t, f"{share[t, q]:.2f}", ha="center", va="center", fontsize="small",
+                        color="white" if share[t, q] > 0.5 else "black")
+        ax.set_xticks(range(k), classes, rotation=45, ha="right", fontsize="small")
+        ax.set_yticks(range(k), [f"{c} (n={int(n)})" for c, n in zip(classes, actual, strict=True)],
+                      fontsize="small")
+        ax.set(title=f"{label}: accuracy {np.trace(counts) / len(yy):.3f}", xlabel="predicted class",
+               ylabel="true class")
     return _save(fig, path)
 
 

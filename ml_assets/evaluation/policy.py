@@ -4,7 +4,10 @@ observed and what was required, so a failed gate says exactly why.
 A challenger passes when, against the champion evaluated on the same held-out rows, its primary
 metric improves by at least ``min_improvement`` (in the metric's units), no slice loses more than
 ``max_slice_regression`` on it and (classification) expected calibration error grows by at most
-``max_calibration_worsening``. A first model, with no champion, must reach the ``floors``.
+``max_calibration_worsening`` (multiclass: the top-label calibration error, its ``ece``). A first
+model, with no champion, must beat the evaluation's best simple baseline (fitted on its own training
+days) by ``min_improvement`` on the primary metric, and reach the ``floors``. Any metric of the task
+may be the primary one.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ def better_by(metric: str, new: float, old: float) -> float:
     return new - old if HIGHER_IS_BETTER[metric] else old - new
 
 
+def _gain(metric: str, delta: list[float]) -> tuple[float, float, float]:
+    """A change (new - old, with its interval) as an improvement: positive is better either way."""
+    point, lo, hi = delta
+    return (point, lo, hi) if HIGHER_IS_BETTER[metric] else (-point, -hi, -lo)
+
+
 def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
     """``report`` as the evaluation_report asset writes it: ``metrics``, ``champion`` (None or its
     ``version``, ``metrics``, ``same_weights``), ``slice_regressions`` (each with ``regression``:
@@ -60,6 +69,17 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
     champion = report.get("champion")
     if champion is None:
         decision = Decision(passed=True, kind="first_model")
+        baseline = report.get("baseline")
+        if baseline and policy.beat_baseline:
+            # Beating what a practitioner would try first is the bar; a floor only adds to it.
+            best = next(b for b in baseline["baselines"] if b["name"] == baseline["best"])
+            gain, lo, hi = _gain(primary, baseline["delta"])
+            decision.clauses.append(Clause(
+                f"improvement of {primary} over the baseline", round(gain, 6), f">= {policy.min_improvement}",
+                gain >= policy.min_improvement,
+                f"first model: {primary} {metrics[primary]:.4f} vs baseline {best['name']} ({best['description']}) "
+                f"{best['metrics'][primary]:.4f}: {gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), "
+                f"required >= {policy.min_improvement:+.4f}"))
         for metric, floor in sorted(policy.floors.items()):
             value = metrics[metric]
             higher = HIGHER_IS_BETTER[metric]
@@ -75,8 +95,7 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
             "same weights as champion", champion["version"], "different weights", True,
             f"identical to champion version {champion['version']}")])
     decision = Decision(passed=True, kind="challenger")
-    point, lo, hi = report["primary_delta"]
-    gain = point if HIGHER_IS_BETTER[primary] else -point
+    gain, lo, hi = _gain(primary, report["primary_delta"])
     decision.clauses.append(Clause(
         f"improvement of {primary}", round(gain, 6), f">= {policy.min_improvement}", gain >= policy.min_improvement,
         f"{primary} {metrics[primary]:.4f} vs champion v{champion['version']} {champion['metrics'][primary]:.4f}: "

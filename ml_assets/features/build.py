@@ -52,9 +52,9 @@ def hidden_columns(spec: ModelSpec) -> list[str]:
     return sorted({*spec.target.input_columns, *after})
 
 
-def _utc(column: str, dtype: pl.DataType, fmt: str | None = None) -> pl.Expr:
+def _utc(column: str, dtype: pl.DataType, fmt: str | None = None, timezone: str = "UTC") -> pl.Expr:
     try:
-        return utc_timestamp(column, dtype, fmt)
+        return utc_timestamp(column, dtype, fmt, timezone)
     except SourceError as exc:
         raise FeatureError(str(exc)) from None
 
@@ -67,7 +67,7 @@ def load_custom(target: str) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
 
 
 def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame], ts: str,
-           stage: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.LazyFrame:
+           stage: Callable[[pl.LazyFrame], pl.LazyFrame], timezone: str) -> pl.LazyFrame:
     for i, join in enumerate(feats.joins):
         rows = stage(rows) if i else rows
         if join.dimension not in dims:
@@ -85,8 +85,10 @@ def _joins(feats: FeaturesSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame
             rows = rows.join(dim, on=join.keys, how="left", coalesce=True, maintain_order="left")
             continue
         key = f"__asof_{i}"
-        mine = pl.col(UTC) if join.asof.column == ts else _utc(join.asof.column, rows.collect_schema()[join.asof.column])
-        right = (dim.with_columns(_utc(join.asof.column, have[join.asof.column]).alias(key)).drop(join.asof.column)
+        mine = pl.col(UTC) if join.asof.column == ts else _utc(
+            join.asof.column, rows.collect_schema()[join.asof.column], timezone=timezone)
+        right = (dim.with_columns(_utc(join.asof.column, have[join.asof.column], timezone=timezone).alias(key))
+                 .drop(join.asof.column)
                  .drop_nulls(key).unique(subset=[*join.keys, key], keep="first", maintain_order=True).sort(key))
         tolerance = dt.timedelta(hours=join.asof.tolerance_hours) if join.asof.tolerance_hours else None
         # What a row gets depends only on its keys and its time, and rows share them (a year of flights
@@ -107,7 +109,8 @@ def _time_parts(spec: ModelSpec, rows: pl.LazyFrame, streaming: bool) -> pl.Lazy
         return rows
     column = time.column or spec.partitioning.timestamp_column
     local = pl.col(LOCAL) if column == spec.partitioning.timestamp_column else (
-        _utc(column, rows.collect_schema()[column]).dt.convert_time_zone(spec.partitioning.timezone)
+        _utc(column, rows.collect_schema()[column], timezone=spec.partitioning.timezone)
+        .dt.convert_time_zone(spec.partitioning.timezone)
         .dt.replace_time_zone(None))
     parts = {
         "hour": local.dt.hour().cast(pl.Int64),
@@ -163,11 +166,50 @@ def dated(spec: ModelSpec, frame: pl.LazyFrame, streaming: bool = False) -> pl.L
         wall = distinct.dt.convert_time_zone(part.timezone).dt.replace_time_zone(None)
         return utc.replace_strict(distinct, wall, default=None, return_dtype=wall.dtype)
 
-    frame = frame.with_columns(_utc(ts, frame.collect_schema()[ts], part.timestamp_format).alias(UTC))
+    frame = frame.with_columns(_utc(ts, frame.collect_schema()[ts], part.timestamp_format, part.timezone).alias(UTC))
     naive = pl.Datetime(frame.collect_schema()[UTC].time_unit)
     # Elementwise when streaming: batch by batch instead of gathering the whole column; in memory, one call.
     wall = pl.col(UTC).map_batches(local, return_dtype=naive, is_elementwise=streaming)
     return frame.with_columns(wall.alias(LOCAL)).with_columns(pl.col(LOCAL).dt.date().alias(DAY))
+
+
+def class_index(spec: ModelSpec) -> Callable[[pl.Series], pl.Series]:
+    """Multiclass labels (class names, or indices) -> Int64 class indices; a missing label stays
+    missing (the row is dropped). A label that is not a declared class is an error, never a dropped
+    row: a new class in the data would otherwise vanish from training and evaluation unseen."""
+    classes = spec.target.classes or []
+
+    def index(labels: pl.Series) -> pl.Series:
+        known = labels.drop_nulls()
+        if labels.dtype in (pl.String, pl.Categorical) or isinstance(labels.dtype, pl.Enum):
+            labels = labels.cast(pl.String)
+            unknown = known.cast(pl.String).filter(~known.cast(pl.String).is_in(classes)).unique().sort()
+            mapped = labels.replace_strict(classes, list(range(len(classes))), default=None, return_dtype=pl.Int64)
+        elif labels.dtype.is_numeric():
+            known = known.cast(pl.Float64).fill_nan(None).drop_nulls()
+            unknown = known.filter((known != known.round()) | (known < 0) | (known >= len(classes))).unique().sort()
+            mapped = labels.cast(pl.Float64).fill_nan(None).cast(pl.Int64, strict=False)
+        else:
+            raise FeatureError(f"model {spec.name}: target.expression gives {labels.dtype} values, not class names "
+                               f"(text) or class indices (integers) of target.classes {classes}")
+        if len(unknown):
+            shown = unknown.head(10).to_list()
+            raise FeatureError(
+                f"model {spec.name}: target.expression gives {shown}{' and more' if len(unknown) > 10 else ''}, "
+                f"not among target.classes {classes} (names, or indices 0..{len(classes) - 1}); add the class to "
+                "target.classes or map it in target.expression")
+        return mapped.alias(labels.name)
+
+    return index
+
+
+def target_expr(spec: ModelSpec, streaming: bool = False) -> pl.Expr:
+    """The label column: Float32 (a 0/1 label or a regression value), or for multiclass the Int64
+    class index (``class_index``)."""
+    label = pl.sql_expr(spec.target.expression)
+    if spec.target.task != "multiclass_classification":
+        return label.cast(pl.Float32).alias(spec.target.name)
+    return label.map_batches(class_index(spec), return_dtype=pl.Int64, is_elementwise=streaming).alias(spec.target.name)
 
 
 def collect_each_step(frame: pl.LazyFrame) -> pl.LazyFrame:
@@ -198,11 +240,10 @@ def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame
     if feats.rolling:
         mine = rows
         past = mine if history is None else pl.concat([dated(spec, history, streaming), mine], how="diagonal_relaxed")
-    target = pl.sql_expr(spec.target.expression).cast(pl.Float32).alias(spec.target.name)
-    rows = rows.with_columns(target)
+    rows = rows.with_columns(target_expr(spec, streaming))
     rows = stage(_rolling(spec, rows, past)) if feats.rolling else rows
     rows = rows.drop(hidden_columns(spec))  # nothing below can see the label or the future
-    rows = stage(_joins(feats, rows, dims, ts, stage))
+    rows = stage(_joins(feats, rows, dims, ts, stage, spec.partitioning.timezone))
     rows = _time_parts(spec, rows, streaming)
     for custom in feats.custom:
         before = rows.collect_schema().names()

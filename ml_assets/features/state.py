@@ -28,7 +28,7 @@ OOV = 0  # index 0 of every categorical input: unknown, rare or missing
 class Encoded:
     numeric: np.ndarray  # float32 [n, numeric inputs]
     categorical: np.ndarray  # int64 [n, categorical inputs]
-    target: np.ndarray | None  # float32 [n]
+    target: np.ndarray | None  # float32 [n]; multiclass: int64 class indices [n]
 
 
 def _steps(feature: NumericFeature) -> list[dict]:
@@ -148,6 +148,11 @@ def _categorical_expr(c: dict, streaming: bool = False) -> pl.Expr:
     return pl.when(x.is_null()).then(pl.lit(OOV, pl.Int64)).otherwise(index).alias(name)
 
 
+def target_dtype(state: dict) -> type[pl.DataType]:
+    """Class indices stay integers (cross-entropy takes them as int64); other labels are float32."""
+    return pl.Int64 if state["task"] == "multiclass_classification" else pl.Float32
+
+
 def _check(state: dict, columns: list[str]) -> None:
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"feature state version {state.get('version')!r} is not {STATE_VERSION}")
@@ -161,7 +166,7 @@ def transform_lazy(frame: pl.LazyFrame, state: dict) -> pl.LazyFrame:
     when present), lazily: large windows run on the streaming engine."""
     _check(state, frame.collect_schema().names())
     target = state["target"]
-    extra = [pl.col(target).cast(pl.Float32)] if target in frame.collect_schema().names() else []
+    extra = [pl.col(target).cast(target_dtype(state))] if target in frame.collect_schema().names() else []
     return frame.select(*map(_numeric_expr, state["numeric"]),
                         *(_categorical_expr(c, streaming=True) for c in state["categorical"]), *extra)
 
@@ -174,7 +179,7 @@ def transform(frame: pl.DataFrame, state: dict) -> Encoded:
     num = frame.select(_numeric_expr(s).cast(pl.Float32) for s in numeric)
     cat = frame.select(map(_categorical_expr, categorical))
     target = state["target"]
-    y = frame[target].cast(pl.Float32).to_numpy(writable=True) if target in frame.columns else None
+    y = frame[target].cast(target_dtype(state)).to_numpy(writable=True) if target in frame.columns else None
     return Encoded(
         # copy=False: the frames already hold these dtypes, and a second copy of a few hundred MB
         # is mostly the kernel's page faults.

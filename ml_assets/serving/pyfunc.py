@@ -4,6 +4,10 @@
     model = mlflow.pyfunc.load_model("models:/flights_delay@champion")
     probabilities = model.predict(rows)      # a pandas or polars DataFrame
 
+It returns the positive class's probability per row (binary classification) or the prediction
+(regression) as an array; a multiclass model returns a pandas DataFrame with one probability
+column per class, named by the class, and ``predicted_class``, the most probable class's name.
+
 ``rows`` carry the model's feature columns as the features asset builds them: raw columns (carrier,
 distance, ...), the joined and rolling columns (weather, plane attributes, a carrier's 7-day delay
 rate) and, if they are missing, the spec's time parts are derived from the raw timestamp column.
@@ -27,6 +31,7 @@ from typing import Any
 import mlflow.pyfunc
 
 FILES = ("model.safetensors", "meta.json", "feature_state.json", "spec.json")
+PREDICTED_CLASS = "predicted_class"
 CODE = Path(__file__).with_name("mlflow_model.py")
 
 
@@ -64,7 +69,9 @@ class TabularModel(mlflow.pyfunc.PythonModel):
         from ml_assets.serving.predict import predict
 
         frame = model_input if isinstance(model_input, pl.DataFrame) else pl.from_pandas(model_input)
-        return predict(self.loaded, self._time_parts(frame))
+        out = predict(self.loaded, self._time_parts(frame))
+        classes = self.loaded.meta.get("classes")
+        return class_frame(out, classes) if classes else out
 
     def _time_parts(self, frame):
         """Derive the spec's time parts from the raw timestamp when the rows lack them."""
@@ -78,6 +85,26 @@ class TabularModel(mlflow.pyfunc.PythonModel):
             return frame
         lazy = build._time_parts(self.spec, build.dated(self.spec, frame.lazy()), streaming=False)
         return lazy.collect(engine="in-memory").select([*frame.columns, *sorted(missing)])
+
+
+def class_frame(probabilities, classes: list[str]):
+    """Multiclass predictions as a pandas DataFrame: a probability column per class, then the most
+    probable class's name."""
+    import numpy as np
+    import pandas as pd
+
+    out = pd.DataFrame(probabilities, columns=list(classes))
+    out[PREDICTED_CLASS] = np.asarray(classes, dtype=object)[probabilities.argmax(axis=1)]
+    return out
+
+
+def output_schema(classes: list[str]):
+    """What predict returns, for the model's signature."""
+    from mlflow.types import ColSpec, Schema
+
+    if not classes:
+        return Schema([ColSpec("double")])
+    return Schema([*(ColSpec("double", c) for c in classes), ColSpec("string", PREDICTED_CLASS)])
 
 
 def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
@@ -100,7 +127,7 @@ def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
         inputs=Schema([*(ColSpec("double", c, required=False) for c in feats.numeric_names),
                        *(ColSpec("string", c, required=False) for c in feats.categorical_names),
                        *(ColSpec("string", c, required=False) for c in ts if c not in feats.categorical_names)]),
-        outputs=Schema([ColSpec("double")]),
+        outputs=output_schema(json.loads(files["meta.json"]).get("classes") or []),
     )
     with tempfile.TemporaryDirectory(prefix="ml_assets-pyfunc-") as tmp:
         artifacts = {}

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-TASKS = ("binary_classification", "regression")
+TASKS = ("binary_classification", "regression", "multiclass_classification")
 FAMILIES = ("mlp", "residual_mlp")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ASYNC_MODES = ("off", "thread", "process")
@@ -41,6 +41,9 @@ class TrainConfig:
     model: str
     """Model name (for logs only)."""
     task: str
+    classes: list[str] = field(default_factory=list)
+    """multiclass_classification: the class names, in the order of the labels' indices (the model
+    has one output per class); empty for the other tasks."""
     train_files: list[DataRef]
     val_files: list[DataRef]
     feature_state: DataRef
@@ -121,6 +124,10 @@ class TrainConfig:
                 problems.append(message)
 
         need(self.task in TASKS, f"task {self.task!r} is not one of {TASKS}")
+        multiclass = self.task == "multiclass_classification"
+        need(not multiclass or len(set(self.classes)) == len(self.classes) >= 3,
+             f"multiclass_classification needs at least 3 distinct classes, got {self.classes}")
+        need(multiclass or not self.classes, f"classes apply to multiclass_classification, not {self.task}")
         need(self.family in FAMILIES, f"family {self.family!r} is not one of {FAMILIES}")
         need(self.precision in PRECISIONS, f"precision {self.precision!r} is not one of {PRECISIONS}")
         need(self.checkpoint_async in ASYNC_MODES, f"checkpoint_async {self.checkpoint_async!r} is not one of {ASYNC_MODES}")
@@ -155,6 +162,11 @@ class TrainConfig:
             raise ValueError("invalid training config: " + "; ".join(problems))
 
     @property
+    def n_outputs(self) -> int:
+        """The model's outputs: a logit per class (multiclass), else one."""
+        return len(self.classes) if self.task == "multiclass_classification" else 1
+
+    @property
     def checkpoint_root(self) -> str:
         return (self.checkpoint_dir or f"{self.output_dir.rstrip('/')}/checkpoints").rstrip("/")
 
@@ -163,6 +175,8 @@ class TrainConfig:
         A file's version-store commit is lineage, not content: the same bytes reached through a
         later commit train the same weights and may resume the same checkpoints."""
         kept = {k: v for k, v in asdict(self).items() if k not in NOT_TRAINING}
+        if not kept["classes"]:  # configs from before multiclass keep their fingerprint (and checkpoints)
+            del kept["classes"]
         for key in ("train_files", "val_files"):
             kept[key] = [{k: v for k, v in ref.items() if k != "commit"} for ref in kept[key]]
         kept["feature_state"] = {k: v for k, v in kept["feature_state"].items() if k != "commit"}

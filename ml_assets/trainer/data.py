@@ -43,6 +43,18 @@ def to_tensors(frame: pl.DataFrame, state: dict) -> tuple[torch.Tensor, torch.Te
     )
 
 
+def check_class_indices(target: torch.Tensor, classes: list[str], rows: str) -> None:
+    """Multiclass labels must be indices of the config's classes (cross-entropy would otherwise
+    fail on a device assert, or a model with too few outputs would train)."""
+    if target.dtype != torch.int64:
+        raise ValueError(f"the {rows} rows' labels are {target.dtype}, not int64 class indices: features "
+                         "built for another task?")
+    bad = target[(target < 0) | (target >= len(classes))]
+    if len(bad):
+        raise ValueError(f"the {rows} rows hold labels {sorted(set(bad.tolist()))[:10]}, not indices of the "
+                         f"{len(classes)} classes {classes}")
+
+
 class ResumableSampler(DistributedSampler):
     """DistributedSampler (same shuffle, same ``set_epoch``) that can start mid-epoch.
 

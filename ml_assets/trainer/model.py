@@ -1,12 +1,13 @@
 """Tabular models over standardized numerics and embedded categoricals.
 
-- ``mlp``: [numerics, embeddings] -> (Linear, ReLU, Dropout) per hidden size -> one output.
+- ``mlp``: [numerics, embeddings] -> (Linear, ReLU, Dropout) per hidden size -> the outputs.
 - ``residual_mlp``: [numerics, embeddings] -> Linear to width hidden_sizes[0] -> one pre-norm
   residual block (LayerNorm, Linear, ReLU, Dropout, Linear, + input) per hidden size -> LayerNorm
-  -> one output.
+  -> the outputs.
 
-The output is a logit (binary classification) or the prediction (regression). A model is rebuilt
-from its ``ModelConfig`` alone, which is plain JSON: exported weights need no pickle.
+One output, shape [n]: a logit (binary classification) or the prediction (regression); or
+``n_outputs`` > 1, shape [n, n_outputs]: a logit per class (multiclass, softmax head). A model is
+rebuilt from its ``ModelConfig`` alone, which is plain JSON: exported weights need no pickle.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class ModelConfig:
     dropout: float
     family: str = "mlp"
     max_embedding_dim: int = 16
+    n_outputs: int = 1  # the default is what configs exported before multiclass meant
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,9 +63,10 @@ class TabularMLP(_Embedded):
             blocks.append(nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(config.dropout)))
             width = hidden
         self.blocks = nn.ModuleList(blocks)
-        self.head = nn.Linear(width, 1)
+        self.head = nn.Linear(width, config.n_outputs)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
+        # squeeze(1) drops the output axis only when it has size 1: [n], or [n, n_outputs].
         return self.head(self.run_blocks(self.inputs(numeric, categorical), self.blocks)).squeeze(1)
 
 
@@ -84,7 +87,7 @@ class ResidualMLP(_Embedded):
         self.stem = nn.Linear(self.input_width, width)
         self.blocks = nn.ModuleList(ResidualBlock(width, 2 * width, config.dropout) for _ in config.hidden_sizes)
         self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, 1)
+        self.head = nn.Linear(width, config.n_outputs)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         x = self.run_blocks(self.stem(self.inputs(numeric, categorical)), self.blocks)
@@ -105,5 +108,10 @@ def build_model(config: ModelConfig | dict, activation_checkpointing: bool = Fal
 
 
 def loss_fn(task: str) -> nn.Module:
-    """Summed over the batch (callers divide): binary cross-entropy on logits, or squared error."""
-    return nn.BCEWithLogitsLoss(reduction="sum") if task == "binary_classification" else nn.MSELoss(reduction="sum")
+    """Summed over the batch (callers divide): binary cross-entropy on logits, cross-entropy on a
+    logit per class (softmax; int64 class-index targets), or squared error."""
+    if task == "binary_classification":
+        return nn.BCEWithLogitsLoss(reduction="sum")
+    if task == "multiclass_classification":
+        return nn.CrossEntropyLoss(reduction="sum")
+    return nn.MSELoss(reduction="sum")

@@ -49,6 +49,7 @@ from ml_assets.trainer.checkpoint import CheckpointError, CheckpointManager, exp
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import (
     ResumableSampler,
+    check_class_indices,
     make_loader,
     read_frame,
     read_state,
@@ -129,9 +130,12 @@ class Trainer:
         self.state = read_state(cfg.feature_state)
         self.train_t = to_tensors(read_frame(cfg.train_files), self.state)
         self.val_t = to_tensors(read_frame(cfg.val_files), self.state)
+        if cfg.task == "multiclass_classification":
+            check_class_indices(self.train_t[2], cfg.classes, "training")
+            check_class_indices(self.val_t[2], cfg.classes, "validation")
         self.model_config = ModelConfig(
             n_numeric=self.train_t[0].shape[1], cardinalities=cardinalities(self.state),
-            hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family,
+            hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family, n_outputs=cfg.n_outputs,
         )
         self.model = build_model(self.model_config, cfg.activation_checkpointing).to(rt.device)
         self.param_names = [name for name, _ in self.model.named_parameters()]
@@ -492,7 +496,8 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
         if rt.master:
             p = trainer.progress
             meta = {
-                "model": cfg.model, "task": cfg.task, "model_config": trainer.model_config.to_dict(),
+                "model": cfg.model, "task": cfg.task, **({"classes": cfg.classes} if cfg.classes else {}),
+                "model_config": trainer.model_config.to_dict(),
                 "history": p.history, "stop_reason": p.stop_reason, "steps": p.step, "best_val_loss": p.best_val_loss,
                 "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
                 "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,

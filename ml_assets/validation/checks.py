@@ -1,4 +1,10 @@
-"""Checks of a whole day: volume against weekly history, and rows dated outside the day."""
+"""Checks of a whole day: volume against weekly history, and rows dated outside the day.
+
+Volume judges a change two ways: relative to the expected rows (beyond ``tolerance``) and as a count
+(a Poisson count with the expected mean would rarely land that far off, at ``significance``). The flights'
+~900 rows a day make any change beyond 20% wildly unlikely as a count, so there the tolerance decides; a
+source of one row a day makes +100% (2 rows where 1 is expected) ordinary, so there the count decides.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,9 @@ from ml_assets.sources import local_day
 from ml_assets.spec import FreshnessSpec, VolumeSpec
 from ml_assets.validation.names import FRESHNESS, VOLUME
 from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome
+from ml_assets.validation.stats import poisson_p
+
+EMPTY_MEAN = 0.5  # the Poisson mean a count is judged against when the same weekdays' median is 0 rows
 
 
 def same_weekdays(day: dt.date, weeks: int) -> list[dt.date]:
@@ -20,9 +29,10 @@ def same_weekdays(day: dt.date, weeks: int) -> list[dt.date]:
 
 
 def volume_check(rows: int, history: dict[dt.date, int], spec: VolumeSpec, day: dt.date | None = None) -> CheckOutcome:
-    if rows == 0:
-        return CheckOutcome(VOLUME, False, "the partition is empty: 0 rows", {"empty": 1},
-                            {"rows": 0}, {"rows": "> 0"})
+    if rows < spec.min_rows:
+        return CheckOutcome(VOLUME, False, "the partition is empty: 0 rows" if rows == 0 else
+                            f"{rows} row{'' if rows == 1 else 's'}, fewer than volume.min_rows ({spec.min_rows})",
+                            {"empty" if rows == 0 else "too_few_rows": 1}, {"rows": rows}, {"rows": f">= {spec.min_rows}"})
     tolerance, holiday = spec.tolerance, None
     if spec.holidays is not None and day is not None:
         cal = spec.holidays
@@ -39,17 +49,22 @@ def volume_check(rows: int, history: dict[dt.date, int], spec: VolumeSpec, day: 
                             observed={"rows": rows, "history_days": len(past)},
                             expected={"history_days": f">= {spec.min_history}"})
     expected = statistics.median(n for _, n in past)
-    change = rows / expected - 1
-    passed = abs(change) <= tolerance
+    change = rows / expected - 1 if expected else float(rows > 0)
+    beyond = abs(change) > tolerance
+    p = poisson_p(rows, expected or EMPTY_MEAN)
+    passed = not beyond or p >= spec.significance
     detail = ", ".join(f"{d}: {n}" for d, n in past)
-    summary = (f"{rows} rows vs {expected:.0f} expected (median of the same weekday: {detail}): "
-               f"{change:+.1%}, {'within' if passed else 'beyond'} ±{tolerance:.0%}"
-               + (f" (the tolerance near a holiday: {holiday})" if holiday else ""))
-    expectation = {"rows": round(expected), "tolerance": tolerance, "history": {str(d): n for d, n in past}}
+    summary = (f"{rows} rows vs {expected:.{0 if expected >= 10 else 1}f} expected (median of the same weekday: "
+               f"{detail}): {change:+.1%}, {'beyond' if beyond else 'within'} ±{tolerance:.0%}"
+               + (f" (the tolerance near a holiday: {holiday})" if holiday else "")
+               + ("" if not beyond else f" (Poisson p {p:.1e} < {spec.significance})" if not passed
+                  else f" but not unlikely for a count (Poisson p {p:.2f} >= {spec.significance})"))
+    expectation = {"rows": round(expected), "tolerance": tolerance, "significance": spec.significance,
+                   "history": {str(d): n for d, n in past}}
     if holiday:
         expectation["holiday"] = holiday
     return CheckOutcome(VOLUME, passed, summary, {} if passed else {"volume_change": 1},
-                        {"rows": rows, "change": round(change, 4)}, expectation)
+                        {"rows": rows, "change": round(change, 4), "poisson_p": float(f"{p:.3g}")}, expectation)
 
 
 def freshness_check(frame: pl.DataFrame, column: str, timezone: str, day: dt.date, spec: FreshnessSpec,

@@ -8,10 +8,11 @@ CHECK_DESCRIPTIONS = {
     NULLS: "no nulls in non-nullable columns; nullable columns within their allowed null fraction",
     RANGES: "numeric ranges and allowed categories",
     KEYS: "no two rows share the spec's key columns",
-    VOLUME: "row count within tolerance of the same weekday over recent weeks on main (holiday-aware)",
+    VOLUME: "row count within tolerance of the same weekday over recent weeks on main (holiday-aware), unless "
+            "ordinary for a count that small",
     FRESHNESS: "rows timestamped outside the partition's day, within a tolerance",
-    DRIFT: "distributions against recent validated days on main: PSI, KS, Wasserstein; label rate and "
-           "label relationship",
+    DRIFT: "distributions against recent validated days on main: PSI with chi-square, KS, Wasserstein; label "
+           "rate and label relationship; too few rows are not judged",
 }
 CHECKS = tuple(CHECK_DESCRIPTIONS)
 ROW_LEVEL = (NULLS, RANGES, KEYS)
@@ -29,3 +30,20 @@ def check_names(spec) -> list[str]:
 
 def descriptions(spec) -> dict[str, str]:
     return {**CHECK_DESCRIPTIONS, **{custom_check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
+
+
+def enabled(spec, name: str) -> bool:
+    """Whether the spec runs check ``name`` (``validation.checks.<name>.enabled``, true by default)."""
+    settings = spec.validation.checks.get(name)
+    return settings is None or settings.enabled
+
+
+def blocking(spec, name: str) -> bool:
+    """Whether a failure of check ``name`` stops the merge (``severity: block``, the default) or only warns."""
+    settings = spec.validation.checks.get(name)
+    return settings is None or settings.severity == "block"
+
+
+def enabled_names(spec) -> list[str]:
+    """The checks a snapshot runs and declares, in ``check_names`` order."""
+    return [name for name in check_names(spec) if enabled(spec, name)]

@@ -27,9 +27,12 @@ class CheckOutcome:
     """Every failing row's index, when the failure is row-level (it could be quarantined)."""
     waived: str | None = None
     """The reason of the spec's waiver that let this failure pass, if one did."""
+    blocking: bool = True
+    """False when the spec sets the check to ``severity: warn``: a failure is reported, never stops the merge."""
 
     def markdown(self) -> str:
-        state = f"passed by waiver ({self.waived})" if self.waived else "passed" if self.passed else "FAILED"
+        state = (f"passed by waiver ({self.waived})" if self.waived else "passed" if self.passed
+                 else "FAILED" if self.blocking else "WARNING (does not block)")
         lines = [f"**{self.name}: {state}**: {self.summary}"]
         keys = sorted(set(self.observed) | set(self.expected))
         if keys:

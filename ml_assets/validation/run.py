@@ -1,4 +1,5 @@
-"""Run every check of a day's rows; the snapshot asset reports each and publishes only if all pass."""
+"""Run every enabled check of a day's rows; the snapshot asset reports each and publishes only if every
+blocking one passes (a ``severity: warn`` check's failure is reported and never stops the merge)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import datetime as dt
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
+import numpy as np
 import polars as pl
 
 from ml_assets.spec import ModelSpec
@@ -23,35 +26,61 @@ from ml_assets.validation.names import (
     NULLS,
     ROW_LEVEL,
     VOLUME,
-    check_names,
+    blocking,
+    enabled_names,
 )
 from ml_assets.validation.outcome import CheckOutcome
 from ml_assets.validation.schema import schema_checks
 from ml_assets.versioning import NotFound, VersionStore
 
 
-def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], pl.LazyFrame | None]
-                   ) -> tuple[dict[dt.date, int], pl.DataFrame]:
-    """What the day is judged against, each past day loaded once: row counts of the same weekday in
-    past weeks (volume), and the rows of the days just before it with their day in ``__day`` (drift).
-    ``load`` gives a published day's rows, or None when the day never reached main."""
+class History(NamedTuple):
+    """What a day is judged against, from the days published on main."""
+
+    counts: dict[dt.date, int]
+    """Row counts of the same weekday in past weeks (volume)."""
+    reference: pl.DataFrame
+    """The rows of the ``reference_days`` days before the current window, their day in ``__day`` (drift)."""
+    earlier: pl.DataFrame
+    """The rows of the current window's ``current_days - 1`` days before the day, their day in ``__day``."""
+
+
+Loaded = pl.LazyFrame | pl.DataFrame
+
+
+def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Loaded | None]) -> History:
+    """The day's ``History``, each past day loaded once. ``load`` gives a published day's rows (a scan, or
+    rows already in memory), or None when the day never reached main (failed, never ingested, or absent
+    from the source): a gap, never an error."""
+    drift = spec.validation.drift
     frames = {}
-    for back in range(1, spec.validation.drift.reference_days + 1):
+    for back in range(1, drift.current_days + drift.reference_days):
         past = day - dt.timedelta(days=back)
-        if (lazy := load(past)) is not None:
-            frames[past] = lazy.collect().with_columns(pl.lit(past).alias(DAY))
+        if (loaded := load(past)) is not None:
+            frames[past] = loaded.collect() if isinstance(loaded, pl.LazyFrame) else loaded
     counts = {}
     for past in same_weekdays(day, spec.validation.volume.weeks):
         if past in frames:
             counts[past] = frames[past].height
-        elif (lazy := load(past)) is not None:  # outside the drift window: the count is enough
-            counts[past] = lazy.select(pl.len()).collect().item()
-    reference = pl.concat(list(frames.values()), how="diagonal_relaxed") if frames else pl.DataFrame()
-    return counts, reference
+        elif (loaded := load(past)) is not None:  # outside the drift window: the count is enough
+            counts[past] = loaded.select(pl.len()).collect().item() if isinstance(loaded, pl.LazyFrame) else loaded.height
+    start = day - dt.timedelta(days=drift.current_days - 1)  # the current window's first day
+    return History(counts, _dated({d: f for d, f in frames.items() if d < start}),
+                   _dated({d: f for d, f in frames.items() if d >= start}))
+
+
+def _dated(frames: dict[dt.date, pl.DataFrame]) -> pl.DataFrame:
+    """The days' rows in one frame, each row's day in ``__day`` (one concatenation: a sparse source's
+    reference is hundreds of frames of a row or two)."""
+    if not frames:
+        return pl.DataFrame()
+    days = pl.Series(DAY, list(frames), pl.Date).gather(
+        np.repeat(np.arange(len(frames)), [f.height for f in frames.values()]))
+    return pl.concat(list(frames.values()), how="diagonal_relaxed").with_columns(days)
 
 
 def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.date,
-                      rows_path: Callable[[dt.date], str]) -> tuple[dict[dt.date, int], pl.DataFrame]:
+                      rows_path: Callable[[dt.date], str]) -> History:
     """``gather_history`` over the days published on main of the version store."""
 
     def load(past: dt.date) -> pl.LazyFrame | None:
@@ -64,19 +93,26 @@ def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.d
 
 
 def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
-               reference: pl.DataFrame | None = None) -> list[CheckOutcome]:
-    outcomes = schema_checks(spec.data_schema, rows)
-    outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume, day)
+               reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None) -> list[CheckOutcome]:
+    """Every enabled check's outcome, in ``check_names`` order; a disabled one does not run."""
+    on = set(enabled_names(spec))
+    # The four pandera-based checks come from one validation; a disabled one's findings are dropped.
+    outcomes = {k: o for k, o in schema_checks(spec.data_schema, rows).items() if k in on}
+    if VOLUME in on:
+        outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume, day)
     part = spec.partitioning
-    outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day, spec.validation.freshness,
-                                         part.timestamp_format)
-    # Drift describes the valid rows: rows already failing a row-level check are reported there.
-    invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if not outcomes[k].passed))
-    valid = without_rows(rows, invalid)
-    outcomes[DRIFT] = drift_check(spec, valid, reference if reference is not None else pl.DataFrame())
+    if FRESHNESS in on:
+        outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day,
+                                             spec.validation.freshness, part.timestamp_format)
+    if DRIFT in on:
+        # Drift describes the valid rows: rows already failing a row-level check are reported there.
+        invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if k in on and not outcomes[k].passed))
+        outcomes[DRIFT] = drift_check(spec, without_rows(rows, invalid),
+                                      reference if reference is not None else pl.DataFrame(), earlier, day)
     for target in spec.validation.custom_checks:
-        outcomes[check_name(target)] = run_custom(target, rows)
-    return [_waive(spec, day, outcomes[name]) for name in check_names(spec)]
+        if check_name(target) in on:
+            outcomes[check_name(target)] = run_custom(target, rows)
+    return [_waive(spec, day, replace(outcomes[name], blocking=blocking(spec, name))) for name in enabled_names(spec)]
 
 
 def _waive(spec: ModelSpec, day: dt.date, outcome: CheckOutcome) -> CheckOutcome:
@@ -89,10 +125,11 @@ def _waive(spec: ModelSpec, day: dt.date, outcome: CheckOutcome) -> CheckOutcome
 
 
 def quarantinable(spec: ModelSpec, outcomes: list[CheckOutcome], rows: int) -> set[int] | None:
-    """Rows to quarantine, when quarantine is on, every failure is row-level and few enough."""
+    """Rows to quarantine, when quarantine is on, every blocking failure is row-level and few enough (a
+    warning's rows are reported, never set aside)."""
     if spec.validation.quarantine is None:
         return None
-    failed = [o for o in outcomes if not o.passed]
+    failed = [o for o in outcomes if not o.passed and o.blocking]
     row_level = set(ROW_LEVEL) | {check_name(t) for t in spec.validation.custom_checks}
     if not failed or any(o.name not in row_level or not o.row_indices for o in failed):
         return None
@@ -118,7 +155,13 @@ class Verdict:
 
     @property
     def failed(self) -> list[CheckOutcome]:
-        return [o for o in self.outcomes if not o.passed]
+        """The blocking checks that failed: any keeps the day from main."""
+        return [o for o in self.outcomes if not o.passed and o.blocking]
+
+    @property
+    def warnings(self) -> list[CheckOutcome]:
+        """The ``severity: warn`` checks that failed: reported, and the day is still published."""
+        return [o for o in self.outcomes if not o.passed and not o.blocking]
 
     @property
     def waived(self) -> dict[str, str]:
@@ -126,15 +169,15 @@ class Verdict:
 
 
 def judge(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
-          reference: pl.DataFrame | None = None) -> Verdict:
+          reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None) -> Verdict:
     """Run the checks; with quarantine on and few enough row-level failures, set those rows aside and
     check again exactly what is left (the snapshot publishes that)."""
-    outcomes = run_checks(spec, rows, day, history, reference)
+    outcomes = run_checks(spec, rows, day, history, reference, earlier)
     quarantined = quarantinable(spec, outcomes, rows.height)
     if not quarantined:
         return Verdict(outcomes, rows)
     clean = without_rows(rows, quarantined)
-    return Verdict(run_checks(spec, clean, day, history, reference), clean, quarantined)
+    return Verdict(run_checks(spec, clean, day, history, reference, earlier), clean, quarantined)
 
 
 def failure_message(spec: ModelSpec, day: dt.date, failed: list[CheckOutcome]) -> str:

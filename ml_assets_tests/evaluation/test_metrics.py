@@ -96,7 +96,8 @@ def test_metric_function_agrees_with_compute_metrics():
     every = m.compute_metrics(CLS, y, p, threshold=0.5)
     for name in m.CLASSIFICATION_METRICS:
         assert m.metric_function(CLS, name, threshold=0.5)(y, p) == pytest.approx(every[name])
-    assert set(m.HIGHER_IS_BETTER) == set(m.CLASSIFICATION_METRICS) | set(m.REGRESSION_METRICS)
+    assert set(m.HIGHER_IS_BETTER) == (set(m.CLASSIFICATION_METRICS) | set(m.REGRESSION_METRICS)
+                                       | set(m.MULTICLASS_METRICS))
 
 
 # --- threshold ------------------------------------------------------------------------------

@@ -70,3 +70,18 @@ def test_decisions_serialize(kind):
                                                                    "champion": None}
     out = decide(POLICY, report).as_dict()
     assert out["kind"] == kind and out["clauses"] and isinstance(out["reason"], str)
+
+
+def test_a_multiclass_gate_on_macro_f1_with_top_label_calibration():
+    policy = PromotionSpec(primary_metric="macro_f1", min_improvement=0.01, max_calibration_worsening=0.02,
+                           floors={"macro_f1": 0.4, "log_loss": 1.2})
+    first = decide(policy, {"metrics": {"macro_f1": 0.45, "log_loss": 1.3, "ece": 0.05}, "champion": None})
+    assert not first.passed and [c.name for c in first.failed] == ["floor log_loss"]
+    report = {"metrics": {"macro_f1": 0.47, "accuracy": 0.7, "ece": 0.08},
+              "champion": {"version": "4", "metrics": {"macro_f1": 0.45, "accuracy": 0.69, "ece": 0.05},
+                           "same_weights": False},
+              "primary_delta": [0.02, 0.005, 0.035], "slice_regressions": []}
+    gated = decide(policy, report)
+    assert not gated.passed and [c.name for c in gated.failed] == ["calibration (ECE) worsening"]
+    report["metrics"]["ece"] = 0.06
+    assert decide(policy, report).passed

@@ -41,7 +41,7 @@ def test_best_parameters_flow_into_the_next_training_and_its_lineage(home, tmp_p
     [tuned] = result.asset_materializations_for_node("flights_delay__hyperparameters")
     meta = {k: v.value for k, v in tuned.metadata.items()}
     assert meta["trials_completed"] + meta["trials_pruned"] + meta["trials_failed"] == 3
-    assert meta["window"] == {"train": ["2013-04-07", "2013-04-08"], "validation": "2013-04-09"}
+    assert meta["window"] == {"train": ["2013-04-07", "2013-04-08"], "validation": ["2013-04-09"]}
     assert set(meta["best_params"]) == {"learning_rate", "width", "depth"} and "plot_optimization_history" in meta
 
     settings = load_settings()

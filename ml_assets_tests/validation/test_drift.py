@@ -5,7 +5,8 @@ import pytest
 
 from ml_assets.sources import read_day
 from ml_assets.spec import load_spec
-from ml_assets.validation.drift import DAY, drift_check, psi
+from ml_assets.validation.drift import DAY, drift_check
+from ml_assets.validation.stats import pooled_counts, psi_of
 from ml_assets_tests.conftest import BUNDLED_SPEC
 
 DAY_UNDER_TEST = dt.date(2013, 3, 15)
@@ -29,8 +30,8 @@ def rows(spec) -> pl.DataFrame:
 
 def test_psi_is_zero_for_equal_and_large_for_disjoint():
     a = pl.Series("c", ["x", "y"] * 50)
-    assert psi(a, a) == pytest.approx(0)
-    assert psi(a, pl.Series("c", ["z"] * 100)) > 5
+    assert psi_of(pooled_counts(a, a)) == pytest.approx(0)
+    assert psi_of(pooled_counts(a, pl.Series("c", ["z"] * 100))) > 5
 
 
 def test_real_day_against_its_two_weeks_passes(spec, rows, reference):
@@ -45,8 +46,14 @@ def test_mean_shift_of_three_sd_fails_on_that_column(spec, rows, reference):
     shifted = rows.with_columns((pl.col("distance") + 3 * sd).round(0).cast(pl.Int64))
     outcome = drift_check(spec, shifted, reference)
     assert not outcome.passed
-    assert "distance: KS" in outcome.summary and "distance: Wasserstein" in outcome.summary
-    assert all(k.startswith("distance") for k in outcome.counts)
+    assert "distance: KS" in outcome.summary and list(outcome.counts) == ["distance: ks"]
+    # Wasserstein is an effect size beside KS; it blocks only where the spec sets a limit.
+    assert outcome.observed["distance wasserstein"] > 2 and "Wasserstein" not in outcome.summary
+    data = spec.model_dump(by_alias=True)
+    data["validation"]["drift"]["columns"] = {"distance": {"wasserstein": 0.5}}
+    limited = drift_check(type(spec).model_validate(data), shifted, reference)
+    assert "distance: Wasserstein" in limited.summary
+    assert set(limited.counts) == {"distance: ks", "distance: wasserstein"}
 
 
 def test_category_mix_shift_fails_psi(spec, rows, reference):
@@ -91,8 +98,12 @@ def test_too_little_reference_is_not_judged(spec, rows, reference):
 
 
 def test_per_column_limits_override_defaults(spec, rows, reference):
+    nudged = rows.with_columns((pl.col("distance") * 1.1).round(0).cast(pl.Int64))  # a small, real shift
+    assert drift_check(spec, nudged, reference).passed  # KS under the default 0.2
     data = spec.model_dump(by_alias=True)
-    data["validation"]["drift"]["columns"] = {"distance": {"ks": 0.0001}}
+    data["validation"]["drift"]["columns"] = {"distance": {"ks": 0.005}}
     strict = type(spec).model_validate(data)
-    outcome = drift_check(strict, rows, reference)
-    assert "distance: KS" in outcome.summary
+    assert "distance: KS" in drift_check(strict, nudged, reference).summary
+    # Over a limit set under the sampling noise is not enough: the KS test must reject too.
+    unmoved = drift_check(strict, rows, reference)
+    assert unmoved.passed and unmoved.observed["distance ks"] > 0.005 and unmoved.observed["distance ks p-value"] > 0.5

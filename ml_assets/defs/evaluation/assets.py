@@ -9,10 +9,12 @@ from ml_assets.defs.common import (
     code_version,
     dagster_run_url,
     daily_partitions,
+    features_window_mapping,
     package_code_version,
     partition_day,
     upstream_metadata,
 )
+from ml_assets.defs.training.inputs import feature_ref, feature_window
 from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource
 from ml_assets.spec import ModelSpec
 
@@ -22,6 +24,7 @@ GATE = "promotion_gate"
 def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
     key = asset_key(spec, "evaluation_report")
     ckpt_key, features_key = asset_key(spec, "trained_checkpoint"), asset_key(spec, "features")
+    tests = spec.evaluation.test_days
     version = code_version(spec, ("evaluation", "promotion", "target"), "ml_assets.defs.evaluation.report",
                            "ml_assets.serving.predict",
                            "ml_assets.evaluation.metrics", "ml_assets.evaluation.policy", "ml_assets.trainer.checkpoint")
@@ -29,7 +32,7 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
 
     @dg.asset(
         key=key,
-        deps=[ckpt_key, features_key],
+        deps=[ckpt_key, dg.AssetDep(features_key, partition_mapping=features_window_mapping(-(tests - 1), 0))],
         group_name=spec.name,
         partitions_def=daily_partitions(spec),
         kinds={"pytorch", "scikitlearn", "mlflow"},
@@ -40,21 +43,27 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
                          f"champion on the same rows, no slice worse by more than {policy.max_slice_regression}, "
                          f"calibration error up by at most {policy.max_calibration_worsening}; a first model must "
                          f"reach {dict(policy.floors) or 'no floors'}. Failing stops registration."))],
-        description=(f"{spec.name} evaluated on the partition's own day (held out in time), next to the champion "
-                     "on the same rows: metrics, intervals, slices, plots in MLflow, and the promotion gate."),
+        description=(f"{spec.name} evaluated on the {tests} day(s) ending with the partition's own (held out in "
+                     "time), next to the champion on the same rows: metrics, intervals, slices, plots in MLflow, "
+                     "and the promotion gate."),
     )
     def evaluation_report(
         context: dg.AssetExecutionContext, artifacts: ArtifactStoreResource, tracking: MlflowTrackingResource
     ) -> dg.MaterializeResult:
         # torch, scikit-learn and matplotlib are imported when an evaluation runs, not when definitions load.
         from ml_assets.defs.evaluation import report as rep
+        from ml_assets.defs.training import window as win
 
-        day = partition_day(context).isoformat()
-        ckpt, test = upstream_metadata(context, ckpt_key, day), upstream_metadata(context, features_key, day)
+        partition = partition_day(context)
+        day = partition.isoformat()
+        ckpt = upstream_metadata(context, ckpt_key, day)
+        days = win.Window(partition, (), (), win.held_out_days(spec, partition))
+        days, records = feature_window(context, spec, days, "test")
         where = f"model {spec.name}, partition {day}"
         client = tracking.client()
         try:
-            report = rep.evaluate(spec, day, ckpt, test, client)
+            report = rep.evaluate(spec, day, ckpt, [feature_ref(d, records[d]) for d in days.test_days], client,
+                                  days.skipped_json())
         except rep.EvaluationError as exc:
             raise dg.Failure(description=f"{where}: {exc}", allow_retries=False) from None
         gate = report["gate"]

@@ -7,6 +7,7 @@ JSON-able report (metrics, interval, threshold, slices, champion, deltas, the ga
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -32,43 +33,87 @@ def _ref(record: dict) -> DataRef:
 def _scores(spec: ModelSpec, y: np.ndarray, pred: np.ndarray, threshold: float | None,
             slices: dict[str, np.ndarray]) -> tuple[dict[str, float], list[dict]]:
     task, ev = spec.target.task, spec.evaluation
-    values = M.compute_metrics(task, y, pred, threshold)
-    fn = M.metric_function(task, spec.promotion.primary_metric, threshold)
+    values = M.compute_metrics(task, y, pred, threshold, top_k=ev.top_k)
+    fn = M.metric_function(task, spec.promotion.primary_metric, threshold, top_k=ev.top_k)
     return values, M.slice_metrics(slices, y, pred, fn, min_size=ev.min_slice_size)
 
 
-def evaluate(spec: ModelSpec, day: str, ckpt: dict[str, Any], test: dict[str, Any], client) -> dict[str, Any]:
+def _per_class(spec: ModelSpec, y: np.ndarray, pred: np.ndarray) -> dict[str, Any]:
+    """Multiclass: each class's share of the test rows, and the precision and recall of predicting
+    it (reported, not gated on); nothing for the other tasks."""
+    classes = spec.target.classes
+    if spec.target.task != "multiclass_classification" or classes is None:
+        return {}
+    return {"classes": list(classes), "class_rates": dict(zip(classes, M.class_rates(y, len(classes)), strict=True)),
+            "per_class": M.per_class_metrics(y, pred, classes)}
+
+
+def _baselines(spec: ModelSpec, loaded, frame: pl.DataFrame, val_frame: pl.DataFrame, y: np.ndarray,
+               pred: np.ndarray, threshold: float | None) -> dict[str, Any]:
+    """The baselines fitted on the model's own training days through its feature state, scored on
+    the test rows beside it (``evaluation.baseline``)."""
+    from ml_assets.evaluation import baseline as B
+    from ml_assets.features.state import transform
+    from ml_assets.trainer.data import read_frame
+
+    state, ev = loaded.feature_state, spec.evaluation
+    train = transform(read_frame([_ref(r) for r in loaded.meta["train_files"]]), state)
+    fitted = B.fit_baselines(spec.target.task, train, state, len(spec.target.classes or []))
+    return B.score_baselines(spec.target.task, spec.promotion.primary_metric, fitted, transform(frame, state), y, pred,
+                             threshold, transform(val_frame, state), top_k=ev.top_k,
+                             bootstrap_samples=ev.bootstrap_samples, confidence_level=ev.confidence_level)
+
+
+def evaluate(spec: ModelSpec, day: str, ckpt: dict[str, Any], tests: list[DataRef], client,
+             skipped: dict[str, str] | None = None) -> dict[str, Any]:
+    """``tests``: the features of the test days (each with its day and data commit), oldest first;
+    ``skipped``: test days left out for want of features, with why."""
     from ml_assets import registry
+    from ml_assets.defs.training.window import TooFewRows, check_rows
     from ml_assets.trainer.checkpoint import load_checkpoint
     from ml_assets.trainer.data import read_frame
 
     task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
     loaded = load_checkpoint(DataRef(uri=str(ckpt["checkpoint_uri"]), sha256=ckpt["checkpoint_sha256"]),
                              DataRef(uri=str(ckpt["meta_uri"]), sha256=ckpt["meta_sha256"]))
-    frame = read_frame([DataRef(uri=str(test["uri"]), sha256=test["sha256"], day=day)])
+    frame = read_frame(tests)
+    try:
+        check_rows(spec, frame, "test days", tuple(dt.date.fromisoformat(str(r.day)) for r in tests),
+                   "evaluation.min_test_rows", ev.min_test_rows, "evaluation.test_days", ev.test_days)
+    except TooFewRows as exc:
+        raise EvaluationError(str(exc)) from None
     y = frame[spec.target.name].to_numpy().astype(np.float64)
     slices = {c: frame[c].cast(pl.String).fill_null("(missing)").to_numpy() for c in ev.slice_columns}
     try:
         pred = predict(loaded, frame)
         threshold = None
+        val_frame = read_frame([_ref(r) for r in loaded.meta["val_files"]])
         if task == "binary_classification":
-            # Precision, recall and F1 need a cut: chosen on the validation day, never on the test rows.
-            val_frame = read_frame([_ref(r) for r in loaded.meta["val_files"]])
+            # Precision, recall and F1 need a cut: chosen on the validation days, never on the test rows.
             threshold = M.choose_threshold(val_frame[spec.target.name].to_numpy().astype(np.float64),
                                            predict(loaded, val_frame))
         values, slice_rows = _scores(spec, y, pred, threshold, slices)
-        fn = M.metric_function(task, primary, threshold)
+        per_class = _per_class(spec, y, pred)
+        fn = M.metric_function(task, primary, threshold, top_k=ev.top_k)
         lo, hi = M.bootstrap_ci(y, pred, fn, n=ev.bootstrap_samples, level=ev.confidence_level, seed=0)
+        baseline = _baselines(spec, loaded, frame, val_frame, y, pred, threshold)
     except M.MetricError as exc:
         raise EvaluationError(str(exc)) from None
     report: dict[str, Any] = {
         "model": spec.name, "partition": day, "task": task, "test_rows": len(y),
-        "positive_rate": float(y.mean()) if task == "binary_classification" else None,
+        "positive_rate": float(y.mean()) if task == "binary_classification" else None, **per_class,
         "threshold": threshold, "metrics": values, "primary_metric": primary,
         "primary_interval": [lo, hi], "confidence_level": ev.confidence_level,
         "bootstrap_samples": ev.bootstrap_samples, "slices": slice_rows,
-        "checkpoint_sha256": ckpt["checkpoint_sha256"], "test_features_uri": str(test["uri"]),
-        "test_features_sha256": test["sha256"], "test_data_commit": test["data_commit"],
+        "checkpoint_sha256": ckpt["checkpoint_sha256"],
+        "test_days": [str(r.day) for r in tests],
+        "validation_days": [r["day"] for r in loaded.meta["val_files"]],
+        # Days of the window (from the checkpoint) and test days left out for want of features.
+        "skipped_days": dict(sorted({**(ckpt.get("skipped_days") or {}), **(skipped or {})}.items())),
+        "test_files": [{"day": r.day, "uri": r.uri, "sha256": r.sha256, "data_commit": r.commit} for r in tests],
+        # main only moves forward: the newest test day's commit holds every test day's rows.
+        "test_data_commit": tests[-1].commit,
+        "baseline": baseline,
         "history": ckpt.get("history", []), "champion": None, "deltas": None, "primary_delta": None,
         "slice_regressions": [],
         # For the plots only: write_plots removes them before the report is stored.
@@ -96,12 +141,16 @@ def _compare(spec, report, mv, client, frame, y, pred, slices) -> None:
     except (registry.RegistryError, ValueError) as exc:
         raise EvaluationError(f"the champion (version {mv.version}) cannot be scored on the same rows, so the "
                               f"promotion gate cannot compare the two: {exc}") from None
+    if champion.meta.get("classes") != spec.target.classes:
+        raise EvaluationError(f"the champion (version {mv.version}) predicts the classes "
+                              f"{champion.meta.get('classes')}, this model {spec.target.classes}: their metrics "
+                              "cannot be compared (promote by hand, or retire the champion)")
     # The champion keeps the cut it was registered with (chosen on its own validation day).
     recorded = mv.tags.get("decision_threshold")
     threshold = float(recorded) if recorded else report["threshold"]
     try:
         values, slice_rows = _scores(spec, y, old, threshold, slices)
-        fn = M.metric_function(task, primary, report["threshold"])
+        fn = M.metric_function(task, primary, report["threshold"], top_k=ev.top_k)
         point, lo, hi = M.paired_bootstrap_delta(y, pred, old, fn, n=ev.bootstrap_samples,
                                                  level=ev.confidence_level, seed=0)
     except M.MetricError as exc:
@@ -115,8 +164,8 @@ def _compare(spec, report, mv, client, frame, y, pred, slices) -> None:
 
 
 def write_plots(spec: ModelSpec, report: dict[str, Any], out: Path) -> list[str]:
-    """PNGs for MLflow: ROC, precision-recall, calibration (classification) or residuals, loss
-    curves, slice metrics. Returns the file names; takes the predictions out of the report."""
+    """PNGs for MLflow: ROC, precision-recall, calibration (binary), confusion matrix and top-label
+    calibration (multiclass) or residuals, loss curves, slice metrics. Returns the file names; takes the predictions out of the report."""
     from ml_assets.evaluation import plots
 
     out.mkdir(parents=True, exist_ok=True)
@@ -125,6 +174,9 @@ def write_plots(spec: ModelSpec, report: dict[str, Any], out: Path) -> list[str]
     if spec.target.task == "binary_classification":
         written += [plots.roc_curve_png(y, preds, out / "roc.png").name,
                     plots.pr_curve_png(y, preds, out / "precision_recall.png").name,
+                    plots.calibration_png(y, preds, out / "calibration.png").name]
+    elif spec.target.task == "multiclass_classification":
+        written += [plots.confusion_matrix_png(y, preds, report["classes"], out / "confusion_matrix.png").name,
                     plots.calibration_png(y, preds, out / "calibration.png").name]
     else:
         written.append(plots.residuals_png(y, preds, out / "residuals.png").name)
@@ -158,6 +210,8 @@ def log_metrics(client, run_id: str, report: dict[str, Any]) -> None:
         values.update({f"delta_{k}": v for k, v in report["deltas"].items()})
         point, lo, hi = report["primary_delta"]
         values.update({f"delta_{report['primary_metric']}_ci_low": lo, f"delta_{report['primary_metric']}_ci_high": hi})
+    for b in (report.get("baseline") or {}).get("baselines", []):
+        values.update({f"baseline_{b['name']}_{k}": v for k, v in b["metrics"].items()})
     values["promotion_gate_passed"] = float(report["gate"]["passed"])
     client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(values.items())])
 
@@ -172,31 +226,55 @@ def one_line(report: dict[str, Any]) -> str:
     return text
 
 
+def _days(days: list[str]) -> str:
+    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]} ({len(days)} days)"
+
+
 def summary_markdown(spec: ModelSpec, report: dict[str, Any], plot_urls: dict[str, str]) -> str:
     primary, level = report["primary_metric"], report["confidence_level"]
     champ = report["champion"]
     gate = report["gate"]
     shown = [*spec.evaluation.metrics, *[m for m in report["metrics"] if m not in spec.evaluation.metrics]]
-    lines = [f"**{spec.name} on {report['partition']}** ({report['test_rows']} held-out rows"
+    lines = [f"**{spec.name}, partition {report['partition']}**: tested on {_days(report['test_days'])} "
+             f"({report['test_rows']} held-out rows"
              + (f", positive rate {report['positive_rate']:.3f}" if report["positive_rate"] is not None else "")
-             + (f", cut {report['threshold']:.3f} chosen on the validation day" if report["threshold"] is not None
-                else "") + ")", ""]
+             + (f", cut {report['threshold']:.3f} chosen on the validation days" if report["threshold"] is not None
+                else "") + f"); validated on {_days(report['validation_days'])}", ""]
+    if report["skipped_days"]:
+        lines += ["Days skipped (no features): " + ", ".join(
+            f"{d} ({why})" for d, why in report["skipped_days"].items()), ""]
     lo, hi = report["primary_interval"]
     lines.append(f"{primary}: **{report['metrics'][primary]:.4f}**, {level:.0%} interval [{lo:.4f}, {hi:.4f}] "
                  f"({report['bootstrap_samples']} bootstrap resamples)")
     lines.append("")
+    baselines = (report.get("baseline") or {}).get("baselines", [])
+    columns = [("this model", report["metrics"]), *[(f"baseline: {b['name']}", b["metrics"]) for b in baselines]]
+    if report["deltas"]:
+        columns.append((f"champion v{champ['version']}", champ["metrics"]))
+    header = " | ".join(name for name, _ in columns) + (" | change over the champion" if report["deltas"] else "")
+    lines += [f"| metric | {header} |", "|---" * (len(columns) + 1 + bool(report["deltas"])) + "|"]
+    for m in shown:
+        cells = " | ".join(f"{values[m]:.4f}" for _, values in columns)
+        lines.append(f"| {m} | {cells}" + (f" | {report['deltas'][m]:+.4f}" if report["deltas"] else "") + " |")
+    lines.append("")
+    for b in baselines:
+        lines.append(f"- baseline {b['name']}: {b['description']}, fitted on the model's training days")
+    if baselines:
+        point, dlo, dhi = report["baseline"]["delta"]
+        lines += ["", f"Change of {primary} over the best baseline ({report['baseline']['best']}): {point:+.4f}, "
+                  f"{level:.0%} paired-bootstrap interval [{dlo:+.4f}, {dhi:+.4f}]."]
     if report["deltas"]:
         point, dlo, dhi = report["primary_delta"]
-        lines += [f"| metric | this model | champion v{champ['version']} | change |", "|---|---|---|---|"]
-        lines += [f"| {m} | {report['metrics'][m]:.4f} | {champ['metrics'][m]:.4f} | {report['deltas'][m]:+.4f} |"
-                  for m in shown]
-        lines += ["", f"Change of {primary}: {point:+.4f}, {level:.0%} paired-bootstrap interval [{dlo:+.4f}, {dhi:+.4f}]."]
-    else:
-        lines += ["| metric | this model |", "|---|---|", *[f"| {m} | {report['metrics'][m]:.4f} |" for m in shown]]
-        if champ and champ.get("same_weights"):
-            lines += ["", f"These weights are champion version {champ['version']}."]
-        elif not champ:
-            lines += ["", "No champion yet: the policy's floors apply."]
+        lines += ["", f"Change of {primary} over the champion: {point:+.4f}, {level:.0%} paired-bootstrap interval "
+                  f"[{dlo:+.4f}, {dhi:+.4f}]."]
+    elif champ and champ.get("same_weights"):
+        lines += ["", f"These weights are champion version {champ['version']}."]
+    elif not champ:
+        lines += ["", "No champion yet: a first model must beat the best baseline (and reach any floors)."]
+    if report.get("per_class"):
+        lines += ["", "| class | share of rows | precision | recall |", "|---|---|---|---|",
+                  *[f"| {c['class']} | {c['rate']:.3f} | {c['precision']:.4f} | {c['recall']:.4f} |"
+                    for c in report["per_class"]]]
     lines += ["", f"**Promotion gate: {'passed' if gate['passed'] else 'FAILED'}** ({gate['kind']}): {gate['reason']}"]
     judged = [r for r in report["slices"] if r["metric"] is not None]
     if judged:
@@ -221,16 +299,21 @@ def metadata(spec: ModelSpec, report: dict[str, Any], ref, run_id: str, run_url:
     meta: dict[str, Any] = {
         **{name: dg.MetadataValue.float(v) for name, v in report["metrics"].items()},
         f"{primary}_interval": dg.MetadataValue.json([lo, hi]),
-        "test_rows": report["test_rows"], "test_day": report["partition"], "repository": spec.repository,
+        "test_rows": report["test_rows"], "repository": spec.repository,
+        "test_days": dg.MetadataValue.json(report["test_days"]),
+        "validation_days": dg.MetadataValue.json(report["validation_days"]),
+        "skipped_days": dg.MetadataValue.json(report["skipped_days"]),
         "test_data_commit": report["test_data_commit"],
-        "test_features_uri": dg.MetadataValue.path(report["test_features_uri"]),
-        "test_features_sha256": report["test_features_sha256"],
+        "test_files": dg.MetadataValue.json(report["test_files"]),
         "positive_rate": report["positive_rate"] if report["positive_rate"] is not None else dg.MetadataValue.null(),
         "decision_threshold": report["threshold"] if report["threshold"] is not None else dg.MetadataValue.null(),
+        **({"class_rates": dg.MetadataValue.json(report["class_rates"]),
+            "per_class": dg.MetadataValue.json(report["per_class"])} if report.get("per_class") else {}),
         "checkpoint_sha256": report["checkpoint_sha256"],
         "champion_version": champ["version"] if champ else dg.MetadataValue.null(),
         "gate_passed": bool(report["gate"]["passed"]), "gate_reason": report["gate"]["reason"],
         "slices": dg.MetadataValue.json(report["slices"]),
+        "baseline": dg.MetadataValue.json(report["baseline"]),
         "report_uri": dg.MetadataValue.path(ref.uri), "report_sha256": ref.sha256, "report_bytes": ref.size,
         "mlflow_run_id": run_id, "mlflow_run_url": dg.MetadataValue.url(run_url),
         **{f"plot_{Path(name).stem}": dg.MetadataValue.url(url) for name, url in plot_urls.items()},

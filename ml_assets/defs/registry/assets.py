@@ -16,6 +16,7 @@ from ml_assets.defs.common import (
 )
 from ml_assets.registry import (
     CHALLENGER,
+    class_tags,
     ensure_registered_model,
     move_challenger,
     training_run,
@@ -62,6 +63,9 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             "data_commit": data_commits[max(data_commits)],  # main commit of the newest training day
             "data_commits": json.dumps(data_commits, sort_keys=True),
             "test_data_commit": report["test_data_commit"],
+            "test_days": json.dumps(report.get("test_days") or []),
+            # Window and test days the spec let the partition go without (training.missing_days: skip).
+            "skipped_days": json.dumps(report.get("skipped_days") or {}, sort_keys=True),
             "dagster_run_id": context.run_id, "dagster_run_url": dagster_run_url(context.run_id),
             "partition": day, "code_version": package_code_version(),
             "checkpoint_sha256": sha, "checkpoint_uri": str(ckpt["checkpoint_uri"]),
@@ -70,6 +74,7 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             "torch_version": str(ckpt.get("torch_version", "")),
             # Where the hyperparameters came from: the spec, or a tuning study's best trial.
             "hyperparameters_source": str((ckpt.get("hyperparameters") or {}).get("source", "spec"))[:4000],
+            **class_tags(spec),
         }
         gate = report_tags(report, spec.promotion.primary_metric)
         run_id = training_run(client, experiment_id, f"{spec.name}-{day}", sha, {

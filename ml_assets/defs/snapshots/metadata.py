@@ -1,8 +1,16 @@
-"""A check outcome as Dagster check metadata: counts, observed vs expected, failing rows, summary."""
+"""A check outcome as Dagster check metadata: counts, observed vs expected, failing rows, summary; and
+what the merge into main records of the verdict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from ml_assets.validation.outcome import CheckOutcome
+
+if TYPE_CHECKING:
+    from ml_assets.validation.run import Verdict  # pandera, scipy: imported at run time only
 
 
 def check_metadata(outcome: CheckOutcome, repo: str, branch: str, commit: str) -> dict:
@@ -24,4 +32,28 @@ def check_metadata(outcome: CheckOutcome, repo: str, branch: str, commit: str) -
                      for row in rows.select(columns).iter_rows()],
             schema=dg.TableSchema(columns=[dg.TableColumn(c, "string") for c in columns]),
         )
+    return metadata
+
+
+def check_result(outcome: CheckOutcome, repo: str, branch: str, commit: str, quarantined: int) -> dg.AssetCheckResult:
+    metadata = check_metadata(outcome, repo, branch, commit)
+    metadata["quarantined_rows"] = quarantined
+    # A waived failure, like a severity-warn check's, shows as failed with severity WARN, which does not block:
+    # the UI keeps saying what the check found (and the waiver's reason beside it).
+    warn = outcome.waived or not outcome.blocking
+    return dg.AssetCheckResult(
+        check_name=outcome.name, passed=outcome.passed and not outcome.waived, description=outcome.summary,
+        severity=dg.AssetCheckSeverity.WARN if warn else dg.AssetCheckSeverity.ERROR, metadata=metadata)
+
+
+def verdict_metadata(verdict: Verdict, names: list[str]) -> dict[str, str]:
+    """The merge commit's record of the checks: which passed, which failures were waived or only warned."""
+    warned = {o.name: o.summary for o in verdict.warnings}
+    quarantined = len(verdict.quarantined)
+    metadata = {"checks_passed": f"{', '.join(n for n in names if n not in warned)} ({verdict.rows.height} rows"
+                                 + (f", {quarantined} quarantined)" if quarantined else ")")}
+    if verdict.waived:
+        metadata["waived"] = "; ".join(f"{name}: {why}" for name, why in verdict.waived.items())
+    if warned:
+        metadata["warnings"] = "; ".join(f"{name}: {why}" for name, why in warned.items())
     return metadata

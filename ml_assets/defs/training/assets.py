@@ -2,7 +2,6 @@ import dataclasses
 import json
 import signal
 import tempfile
-import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -12,10 +11,11 @@ from ml_assets.defs.common import (
     asset_key,
     code_version,
     daily_partitions,
+    features_window_mapping,
     partition_day,
-    upstream_metadata,
 )
 from ml_assets.defs.training import window
+from ml_assets.defs.training.inputs import feature_ref, feature_window
 from ml_assets.features import state as feature_state
 from ml_assets.features.build import feature_columns
 from ml_assets.resources import ArtifactStoreResource, CheckpointStoreResource, TorchrunLauncher
@@ -26,12 +26,9 @@ from ml_assets.trainer.config import DataRef, TrainConfig
 
 def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
     features_key = asset_key(spec, "features")
-    width = spec.training.window_days
-    with warnings.catch_warnings():  # allow_nonexistent_upstream_partitions is marked beta
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        window_mapping = dg.TimeWindowPartitionMapping(
-            start_offset=-width, end_offset=-1, allow_nonexistent_upstream_partitions=True
-        )
+    width, tests = spec.training.window_days, spec.evaluation.test_days
+    # The window ends the day before the first test day: D-W-T+1 .. D-T.
+    window_mapping = features_window_mapping(-(width + tests - 1), -tests)
     version = code_version(spec, ("training", "features", "target"), "ml_assets.trainer.train",
                            "ml_assets.trainer.runtime", "ml_assets.trainer.model", "ml_assets.trainer.config",
                            "ml_assets.trainer.data", "ml_assets.trainer.checkpoint", "ml_assets.features.state")
@@ -48,34 +45,39 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         pool=GPU_POOL,  # the production instance limits how many training steps run at once
         # Only a preemption (checkpoint written, TrainingPreempted) is retried: the retry resumes.
         retry_policy=dg.RetryPolicy(max_retries=spec.training.retries, delay=1) if spec.training.retries else None,
-        description=(f"{spec.name} weights trained with torchrun DDP on the {width - 1} feature days before the "
-                     "partition (validated on the last of them); sha256-pinned, with the fitted feature state."),
+        description=(f"{spec.name} weights trained with torchrun DDP on the {width} feature days before the "
+                     f"partition's {tests} test day(s), the last {spec.training.validation_days} of them validating; "
+                     "sha256-pinned, with the fitted feature state."),
     )
     def trained_checkpoint(
         context: dg.AssetExecutionContext, artifacts: ArtifactStoreResource,
         checkpoints: CheckpointStoreResource, launcher: TorchrunLauncher,
     ) -> dg.MaterializeResult:
         day = partition_day(context)
+        where = f"model {spec.name}, partition {day}"
         try:
             win = window.training_window(spec, day)
         except window.WindowError as exc:
             raise dg.Failure(description=str(exc), allow_retries=False) from None
-        records = {d: upstream_metadata(context, features_key, d.isoformat()) for d in [*win.train_days, win.val_day]}
-        refs = {d: DataRef(uri=str(m["uri"]), sha256=m["sha256"], day=d.isoformat(), commit=m["data_commit"])
-                for d, m in records.items()}
-        train_refs = [refs[d] for d in win.train_days]
+        win, records = feature_window(context, spec, win, "fit")
+        if win.skipped:
+            context.log.warning(f"trained_checkpoint {day}: skipping days without features: {win.skipped_json()}")
+        refs = {d: feature_ref(d, m) for d, m in records.items()}
+        train_refs, val_refs = [refs[d] for d in win.train_days], [refs[d] for d in win.val_days]
         from ml_assets.trainer.data import read_frame  # torch: imported when training runs
 
+        training = spec.training
         # Fitted only on the training days: validation and test rows never shape the transform.
         try:
+            window.check_rows(spec, read_frame(val_refs), "validation days", win.val_days, "training.min_validation_rows",
+                       training.min_validation_rows, "training.validation_days", training.validation_days)
             state = feature_state.fit_state(read_frame(train_refs), spec.features, spec.target.name, spec.target.task)
         except ValueError as exc:  # includes a feature file that no longer matches its sha256
-            raise dg.Failure(description=f"model {spec.name}, partition {day}: {exc}", allow_retries=False) from None
+            raise dg.Failure(description=f"{where}: {exc}", allow_retries=False) from None
         state_ref = artifacts.put(f"{spec.name}/feature_state/date={day.isoformat()}", feature_state.state_bytes(state), ".json")
-        training = spec.training
         run_dir = f"{checkpoints.root.rstrip('/')}/{spec.name}/date={day.isoformat()}"
         tuned = tuned_parameters(context.instance, spec)
-        cfg = train_config(spec, train_refs, [refs[win.val_day]], state_ref.as_data_ref(),
+        cfg = train_config(spec, train_refs, val_refs, state_ref.as_data_ref(),
                            f"{run_dir}/{context.run_id}", (tuned or {}).get("params", {}),
                            owner=f"Dagster run {context.run_id}")
         if tuned:
@@ -87,9 +89,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             config_path = Path(tmp) / "train_config.json"
             config_path.write_text(cfg.to_json())
             nodes = f" on each of {training.nodes} nodes" if training.nodes > 1 and launcher.spreads_nodes else ""
-            context.log.info(f"trained_checkpoint {day}: torchrun with {launcher.processes(spec)} processes{nodes} on "
-                             f"{win.train_days[0]}..{win.train_days[-1]}, validating on {win.val_day}; "
-                             f"checkpoints in {cfg.checkpoint_root}")
+            context.log.info(f"trained_checkpoint {day}: torchrun with {launcher.processes(spec)} processes{nodes}: "
+                             f"{win.describe()}; checkpoints in {cfg.checkpoint_root}")
             outcome = launcher.train(context, spec, str(config_path), cfg.output_dir)
         if outcome.preempted is not None:
             step = outcome.preempted.get("step")
@@ -114,7 +115,9 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             metadata={
                 **(reported.metadata or {}),
                 "repository": spec.repository,
-                "train_days": f"{win.train_days[0]}..{win.train_days[-1]}", "val_day": win.val_day.isoformat(),
+                "train_days": dg.MetadataValue.json([d.isoformat() for d in win.train_days]),
+                "val_days": dg.MetadataValue.json([d.isoformat() for d in win.val_days]),
+                "skipped_days": dg.MetadataValue.json(win.skipped_json()),
                 "data_commits": dg.MetadataValue.json({d.isoformat(): m["data_commit"] for d, m in records.items()}),
                 "feature_files": dg.MetadataValue.json([r.__dict__ for r in refs.values()]),
                 "feature_state_uri": dg.MetadataValue.path(state_ref.uri), "feature_state_sha256": state_ref.sha256,
@@ -137,7 +140,8 @@ def train_config(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
 
     training = spec.training
     values = dict(
-        model=spec.name, task=spec.target.task, train_files=train_refs, val_files=val_refs,
+        model=spec.name, task=spec.target.task, classes=list(spec.target.classes or []),
+        train_files=train_refs, val_files=val_refs,
         feature_state=state, output_dir=output_dir,
         family=training.family, epochs=training.epochs, batch_size=training.batch_size,
         grad_accum_steps=training.grad_accum_steps, learning_rate=training.learning_rate,

@@ -13,16 +13,18 @@ from ml_assets.spec import ModelSpec
 from ml_assets.trainer.config import DataRef
 
 
-def latest_window(instance: dg.DagsterInstance, spec: ModelSpec, key: dg.AssetKey) -> tuple[list[str], str]:
-    """The newest run of ``width`` consecutive days with features: (training days, validation day)."""
+def latest_window(instance: dg.DagsterInstance, spec: ModelSpec, key: dg.AssetKey) -> tuple[list[str], list[str]]:
+    """The newest run of ``width`` consecutive days with features: (training days, validation days),
+    the last ``training.validation_days`` validating."""
     width = spec.tuning.window_days or spec.training.window_days
+    val = min(spec.training.validation_days, width - 1)
     have = sorted(instance.get_materialized_partitions(key), reverse=True)
     days = {dt.date.fromisoformat(d) for d in have}
     for last in sorted(days, reverse=True):
         run = [last - dt.timedelta(days=i) for i in range(width)]
         if all(d in days for d in run):
             ordered = [d.isoformat() for d in reversed(run)]
-            return ordered[:-1], ordered[-1]
+            return ordered[:-val], ordered[-val:]
     raise dg.Failure(description=(
         f"model {spec.name}: tuning needs {width} consecutive days of features; materialized: "
         f"{len(days)} day(s){' up to ' + max(have) if have else ''}. Materialize features for more days first."),
@@ -62,8 +64,9 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
                 f"model {spec.name}: tuning.workers is {tuning.workers}, but the study storage is SQLite, which "
                 "serves one worker: set ML_ASSETS_OPTUNA_STORAGE to a PostgreSQL URL "
                 "(postgresql+psycopg://user@host/db) or use workers: 1"), allow_retries=False)
-        train_days, val_day = latest_window(context.instance, spec, features_key)
-        records = {d: upstream_metadata(context, features_key, d) for d in [*train_days, val_day]}
+        train_days, val_days = latest_window(context.instance, spec, features_key)
+        val_day = val_days[-1]  # names the study: the newest day it saw
+        records = {d: upstream_metadata(context, features_key, d) for d in [*train_days, *val_days]}
         refs = {d: DataRef(uri=str(m["uri"]), sha256=m["sha256"], day=d, commit=m["data_commit"])
                 for d, m in records.items()}
         train_refs = [refs[d] for d in train_days]
@@ -72,7 +75,7 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
         except ValueError as exc:
             raise dg.Failure(description=f"model {spec.name}: {exc}", allow_retries=False) from None
         state_ref = artifacts.put(f"{spec.name}/feature_state/tuning-{val_day}", feature_state.state_bytes(state), ".json")
-        base = train_config(spec, train_refs, [refs[val_day]], state_ref.as_data_ref(), "unused")
+        base = train_config(spec, train_refs, [refs[d] for d in val_days], state_ref.as_data_ref(), "unused")
         space = {k: v.model_dump(mode="json") for k, v in tuning.space.items()}
         # Same space, pruner, sampler, data and base config: the same study, continued.
         key = json.dumps({"space": space, "pruner": tuning.pruner.model_dump(mode="json"),
@@ -97,11 +100,11 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
             max_retries=tuning.max_retries, tracking_uri=tracking.tracking_uri, experiment_id=experiment_id,
             parent_run_id=parent, threads_per_process=tuning_store.threads_per_process)
         study = st.open_study(job, create=True)
-        study.set_user_attr("window", {"train": train_days, "validation": val_day})
+        study.set_user_attr("window", {"train": train_days, "validation": val_days})
         before = st.counts(study)
         context.log.info(f"hyperparameters: study {name} ({before}); {tuning.workers} worker(s) until "
                          f"{tuning.trials} trials are finished; train {train_days[0]}..{train_days[-1]}, "
-                         f"validate {val_day}")
+                         f"validate {val_days[0]}..{val_day}")
         codes = tuning_store.run_workers(context, spec, job, tuning.workers)
         study = st.open_study(job)
         after = st.counts(study)
@@ -128,7 +131,7 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
             "best_params": dg.MetadataValue.json(best.params),
             "trials_completed": after["complete"], "trials_pruned": after["pruned"],
             "trials_failed": after["failed"], "trials_retried": after["retried"],
-            "epochs_spent": epochs, "window": dg.MetadataValue.json({"train": train_days, "validation": val_day}),
+            "epochs_spent": epochs, "window": dg.MetadataValue.json({"train": train_days, "validation": val_days}),
             "param_importances": dg.MetadataValue.json(importances),
             "trials": dg.MetadataValue.json(history),
             "mlflow_run_url": dg.MetadataValue.url(tracking.run_url(experiment_id, parent)),

@@ -1,0 +1,56 @@
+"""The feature days a partition's training or evaluation reads, found in the Dagster instance.
+
+A day without features is looked up once more to say why: never ingested, stopped by its snapshot
+checks, or published but never featurized. The window module decides what a missing day means.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import dagster as dg
+
+from ml_assets.defs.common import asset_key
+from ml_assets.defs.training.window import Window, WindowError, without_missing
+from ml_assets.spec import ModelSpec
+from ml_assets.trainer.config import DataRef
+
+
+def latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> dict[str, Any] | None:
+    """The metadata of the latest materialization of ``key`` for ``partition``, or None."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    return {name: value.value for name, value in records[0].asset_materialization.metadata.items()}
+
+
+def why_missing(instance: dg.DagsterInstance, spec: ModelSpec, day: dt.date) -> str:
+    def has(stage: str) -> bool:
+        return latest_record(instance, asset_key(spec, stage), day.isoformat()) is not None
+
+    if not has("raw_data"):
+        return "never ingested"
+    if not has("validated_snapshot"):
+        return "ingested, but its snapshot checks never passed"
+    return "its snapshot is published, but features were never built"
+
+
+def feature_window(context: dg.AssetExecutionContext, spec: ModelSpec, window: Window, part: str
+                   ) -> tuple[Window, dict[dt.date, dict[str, Any]]]:
+    """``window`` less the days of ``part`` ("fit" or "test") that have no features (as the spec
+    allows), and the features record of every day kept. Raises dg.Failure naming the days."""
+    days = window.fit_days if part == "fit" else window.test_days
+    key = asset_key(spec, "features")
+    found = {d: latest_record(context.instance, key, d.isoformat()) for d in days}
+    try:
+        window = without_missing(spec, window, part, lambda d: found[d] is not None,
+                                 lambda d: why_missing(context.instance, spec, d))
+    except WindowError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    return window, {d: record for d, record in found.items() if record is not None}
+
+
+def feature_ref(day: dt.date, record: dict[str, Any]) -> DataRef:
+    return DataRef(uri=str(record["uri"]), sha256=record["sha256"], day=day.isoformat(), commit=record["data_commit"])
