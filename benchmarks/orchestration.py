@@ -87,9 +87,10 @@ def write_models(root: Path, quick: bool = False) -> Path:
     # The promotion sensor (automatic mode) would start a promotion run after each registration,
     # overlapping the next measured run: promotion waits for approval here.
     data["promotion"]["mode"] = "approval_required"
-    if quick:  # seconds of training instead of a minute; such a model is not held to the spec's floors
-        data["training"].update({"window_days": 3, "epochs": 1})
-        data["promotion"]["floors"] = {}
+    if quick:  # seconds of training instead of a minute; such a model is not held to the floors or the baseline
+        data["training"].update({"window_days": 3, "validation_days": 1, "epochs": 1})
+        data["evaluation"]["test_days"] = 1
+        data["promotion"].update(floors={}, beat_baseline=False)
     (root / "models" / f"{MODEL}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return root / "models"
 
@@ -269,7 +270,9 @@ def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str, timeout: 
 def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, float]:
     models = write_models(root / "graph", quick)
     spec = next(s for s in load_specs(models) if s.name == MODEL)
-    window = [GRAPH_DAY - dt.timedelta(days=n) for n in range(spec.training.window_days, 0, -1)]
+    # The training window and the test days before the partition's own.
+    before = spec.training.window_days + spec.evaluation.test_days - 1
+    window = [GRAPH_DAY - dt.timedelta(days=n) for n in range(before, 0, -1)]
     repeats = 1 if quick else 5
     dagster_url, dagster_db = postgres_database(postgres)
     mlflow_url, mlflow_db = postgres_database(postgres, driver="postgresql+psycopg")
