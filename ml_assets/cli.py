@@ -153,7 +153,7 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
                        (training days' commits are in the version's 'data_commits' tag)
     test metrics       {metrics}   on {tested}: {report['test_rows']} held-out rows
     best baseline      {baseline}   ({best['description'] if best else ''})
-    promotion gate     {'passed' if report['gate_passed'] else 'FAILED'}: {report['gate_reason'][:100]}
+    promotion gate     {'passed' if report['gate_passed'] else 'FAILED'}: {report['gate_reason'][:150]}
     @champion          {champion}
     MLflow run         {registered['mlflow_run_id']}
 
