@@ -69,3 +69,14 @@ def test_best_parameters_flow_into_the_next_training_and_its_lineage(home, tmp_p
     config = ckpt.metadata["training_config"].value
     assert config["learning_rate"] == best["learning_rate"]
     assert config["hidden_sizes"] == [best["width"]] * best["depth"]
+
+    # The partition whose test day the study validated on does not take its parameters: they were
+    # chosen on that day's rows.
+    earlier = day - dt.timedelta(days=1)
+    assert daily.execute_in_process(partition_key=(day - dt.timedelta(days=4)).isoformat(), instance=instance,
+                                    asset_selection=[key(s) for s in INGEST]).success
+    again = daily.execute_in_process(partition_key=earlier.isoformat(), instance=instance,
+                                     asset_selection=[key("trained_checkpoint")])
+    [ckpt] = again.asset_materializations_for_node("flights_delay__trained_checkpoint")
+    assert ckpt.metadata["hyperparameters"].value == {"source": "the spec's training section"}
+    assert any(f"it validated on days up to {earlier}" in e.user_message for e in instance.all_logs(again.run_id))

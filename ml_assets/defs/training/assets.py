@@ -77,6 +77,11 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
         state_ref = artifacts.put(f"{spec.name}/feature_state/date={day.isoformat()}", feature_state.state_bytes(state), ".json")
         run_dir = f"{checkpoints.root.rstrip('/')}/{spec.name}/date={day.isoformat()}"
         tuned = tuned_parameters(context.instance, spec)
+        if tuned and (seen := tuned["last_day"]) >= win.test_days[0].isoformat():
+            # A study that validated on this partition's test days chose its parameters on them.
+            context.log.warning(f"trained_checkpoint {day}: not applying {tuned['source']}: it validated on days up "
+                                f"to {seen}, this partition's test days start on {win.test_days[0]}")
+            tuned = None
         cfg = train_config(spec, train_refs, val_refs, state_ref.as_data_ref(),
                            f"{run_dir}/{context.run_id}", (tuned or {}).get("params", {}),
                            owner=f"Dagster run {context.run_id}")
@@ -178,4 +183,11 @@ def tuned_parameters(instance: dg.DagsterInstance, spec: ModelSpec) -> dict | No
         f"tuning study {meta['study_name'].value} trial {meta['best_trial'].value} "
         f"(best val_loss {meta['best_value'].value:.4f}, Dagster run {records[0].run_id})"),
         "study_name": meta["study_name"].value, "best_trial": meta["best_trial"].value,
+        # The newest day the study saw (its validation days are its last).
+        "last_day": max(_listed((meta["window"].value or {}).get("validation")) if "window" in meta else [""]),
         "dagster_run_id": records[0].run_id}
+
+
+def _listed(days: str | list[str] | None) -> list[str]:
+    """A study's validation days: a list, or one day as studies recorded it before validation_days."""
+    return [days] if isinstance(days, str) else list(days or [""])
