@@ -4,6 +4,7 @@ trainer run through torchrun exactly as the ``trained_checkpoint`` asset runs it
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import statistics
@@ -19,10 +20,14 @@ from ml_assets.features.state import fit_state, state_bytes
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.sources import _bundled_table, local_day
 from ml_assets.spec import load_spec
-from ml_assets.trainer.config import TrainConfig
-from ml_assets_tests.trainer.toy import ref
+from ml_assets.trainer.config import DataRef, TrainConfig
 
 SPEC = load_spec(BUNDLED_MODELS_DIR / "flights_delay.yaml")
+
+
+def ref(path: Path) -> DataRef:
+    """A local file pinned by its sha256, as the trainer reads it."""
+    return DataRef(uri=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 def bundled_inputs(root: Path, train_days: int) -> dict:

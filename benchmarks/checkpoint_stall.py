@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from benchmarks._processes import free_port
 from benchmarks._training import bundled_inputs, median, spec_training, train
 from ml_assets.trainer.checkpoint import CheckpointManager
 from ml_assets.trainer.model import ModelConfig, build_model
-from ml_assets_tests.trainer.toy import free_port
 
 WIDTH = 2048
 BIG = {"family": "residual_mlp", "hidden_sizes": [WIDTH]}

@@ -53,7 +53,6 @@ import inspect
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -68,6 +67,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
+from benchmarks._processes import free_port
 from ml_assets.definitions import build_definitions, local_resources
 from ml_assets.defs import BUILDERS
 from ml_assets.defs.common import STAGES, asset_key
@@ -105,12 +105,6 @@ class PlainLauncher(TorchrunLauncher):
 
     def run(self, context, config_path: str, nproc: int, max_restarts: int = 0):
         return self.run_plain(config_path, nproc, max_restarts)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float) -> None:

@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._processes import kill_tree
 from benchmarks._training import bundled_inputs, env, spec_training, torchrun
 from ml_assets.trainer.config import TrainConfig
-from ml_assets_tests.trainer.toy import kill_tree
 
 INTERVAL = 50
 FIRST = re.compile(r"first step of this attempt: step (\d+)")

@@ -101,7 +101,7 @@ def step_executor(settings: Settings, specs: list | None = None) -> dg.ExecutorD
              "start_method": {"forkserver": {"preload_modules": list(STEP_PRELOAD)}}})
     # The default: the run worker runs the steps in order. The graph is a line, the training step's
     # ranks are torchrun processes and tuning trials their own processes, so a process per step
-    # would add its start-up (~1 s, plus imports) to every step and isolate nothing heavy.
+    # would add its start-up and imports to every step and isolate nothing heavy.
     return dg.in_process_executor
 
 

@@ -65,14 +65,14 @@ STARTED_TAG = "ml_assets/run_worker_started"  # the process's start time in cloc
 
 
 # Installed libraries only (never the project's code, which must be read fresh for every run): what
-# a run worker and the stages import, ~12 s of CPU once per server instead of in every run. They
+# a run worker and the stages import, seconds of CPU paid once per server instead of in every run. They
 # start no Python thread, but native ones idle in the server when it forks (jemalloc's background
 # threads in polars and pyarrow, polars' out-of-core cleaner, numpy's and scipy's OpenBLAS workers):
 # a forked worker has none of them and starts its own as it computes (a worker forked from the
 # server validates real days, ml_assets_tests/production/test_launcher.py). Nothing computes in the
 # server itself.
-# The submodules matter: torch.distributed.checkpoint (~0.9 s: DTensor, sympy) and matplotlib's Agg
-# canvas (~0.7 s) are what the training and evaluation steps' own modules pull in.
+# The submodules matter: torch.distributed.checkpoint (DTensor, sympy) and matplotlib's Agg canvas
+# are the slow imports the training and evaluation steps' own modules pull in.
 WORKER_PRELOAD = ("dagster._cli", "dagster._cli.api", "dagster._daemon.cli", "dagster_postgres", "dagster_pipes",
                   "polars", "pyarrow.parquet", "fsspec", "s3fs", "pandera.polars", "scipy.stats", "torch",
                   "torch.distributed.checkpoint", "torch.distributed.checkpoint._fsspec_filesystem", "safetensors.torch",

@@ -2,9 +2,8 @@
 
 dagster-postgres opens a new PostgreSQL connection for every storage call (SQLAlchemy's NullPool,
 so idle processes hold none); only the webserver switches to a pool. A run worker writes every
-event of its run, each one or more calls: 14-17 ms per materialization event on loopback, most of
-it connecting (a TCP handshake, a backend process forked by PostgreSQL), against ~3.5 ms on a kept
-connection (measured here, 100 events each way). This class is the same storage with a
+event of its run, each one or more calls, and most of a call's time is connecting (a TCP
+handshake, a backend process forked by PostgreSQL). This class is the same storage with a
 pool of one kept connection per process, more opened while threads need them (a run worker's
 Pipes reader logs beside its main thread; the daemon runs several threads) and closed when
 returned. A connection is checked before use (pre-ping), so a restarted server costs a reconnect,

@@ -23,7 +23,7 @@ Read from the environment when definitions are built (never at import time):
   (default: one run worker process runs the steps in order; the training step's ranks are torchrun
   processes anyway) or ``multiprocess`` (a process per step, forked from a server that imported the
   code and libraries once per run; ``ML_ASSETS_MAX_CONCURRENT_STEPS`` at once). benchmarks/orchestration
-  measures the default; docs/deployment.md says what the other cost when it was measured.
+  measures the default.
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the checkout, or in the working directory when the package is installed elsewhere).
 - ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``).

@@ -529,7 +529,7 @@ class CheckpointSpec(_Strict):
     every_seconds: float = Field(default=300, ge=0, description="and every M seconds (0: off)")
     keep_last: int = Field(default=2, ge=1, le=100)
     async_mode: Literal["thread", "process", "off"] = Field(
-        default="thread", alias="async", description="background writer; 'thread' measured best here")
+        default="thread", alias="async", description="background writer (benchmarks/checkpoint_stall.py compares them)")
     preemption_grace_seconds: float = Field(default=20, gt=0, le=3600)
     orphan_grace_seconds: float = Field(default=5, gt=0, le=60, description=(
         "a rank whose torchrun agent died checkpoints if it can within this long, then exits"))

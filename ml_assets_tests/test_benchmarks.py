@@ -22,3 +22,10 @@ def test_benchmark_quick_run_ends_with_result_line(name):
     results = [RESULT.match(line) for line in lines if line.startswith("RESULT ")]
     assert all(results), f"malformed RESULT lines in {lines!r}"
     assert all(m["name"].startswith(name) for m in results), "RESULT names start with the module's name"
+
+
+def test_benchmarks_import_no_test_code():
+    """A benchmark measures the product from a checkout; the test package is not part of it."""
+    importing = [p.name for p in (ROOT / "benchmarks").glob("*.py")
+                 if re.search(r"^\s*(from|import) ml_assets_tests\b", p.read_text(), flags=re.M)]
+    assert importing == []

@@ -50,7 +50,7 @@ STEP_PREFIX = "step-"
 FORMAT = 1
 ASYNC_MIN_BYTES = 16 * 2**20
 """Below this, a checkpoint is written synchronously even in an async mode: a small state is written
-in about the time async staging takes (~10 ms measured for the bundled model), and a synchronous
+in about the time async staging takes (benchmarks/checkpoint_stall.py), and a synchronous
 checkpoint is committed before training goes on, so a crash right after it loses nothing."""
 
 

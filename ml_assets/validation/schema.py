@@ -38,9 +38,9 @@ _BESIDE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="key-verdict")
 def unique_keys(keys: list[str]):
     """A pandera (polars) dataframe check: no two rows share the spec's key columns.
 
-    Exact, and about 4x faster on millions of rows than pandera's own ``unique=`` (which runs
-    ``DataFrame.is_duplicated`` on the key columns, ~1 s for 10 million rows on two cores): the
-    rows' hashes are sorted, and only rows whose hash another row shares
+    Exact, and faster on millions of rows than pandera's own ``unique=`` (which runs
+    ``DataFrame.is_duplicated`` on the key columns): the rows' hashes are sorted, and only rows
+    whose hash another row shares
     (a real duplicate, or rarely a hash collision) are compared column by column. Nulls in a key
     compare equal, as in pandera's check. Key columns missing from the frame are left to the
     schema check, which reports them; the rest are still compared.
@@ -80,9 +80,8 @@ def _key_hashes(lazy: pl.LazyFrame, keys: list[str]) -> pl.Series | None:
     equal keys always get equal hashes (nulls included), different keys almost never do.
 
     The integer key columns folded into one 64-bit word, every other key column hashed with its own
-    seed, all xor-ed, in one streaming query: on 10 million rows of the bundled key (five integer
-    columns, two strings) 0.064 s against 0.16 s for a hash per column and 0.2 s for
-    ``DataFrame.hash_rows``, which also builds a copy of its result (docs/data-validation.md).
+    seed, all xor-ed, in one streaming query: cheaper than a hash per column, and than
+    ``DataFrame.hash_rows``, which also builds a copy of its result (benchmarks/validation.py).
     Sharing a hash only sends rows to an exact comparison, so a fold that collides costs time, never
     a wrong verdict."""
     present = _present(lazy, keys)
@@ -104,10 +103,8 @@ CHOOSE_SORT_FROM = 1 << 20
 @functools.cache
 def _numpy_sorts_faster() -> bool:
     """Whether numpy sorts 64-bit hashes faster than polars' single-threaded sort here, measured once
-    per process on 2^20 random values (best of two each, ~0.05 s). Neither wins everywhere: 10
-    million hashes took numpy 0.65-0.9 s against polars' 0.2-0.4 s on the machines of 2026-11-24,
-    and numpy 0.12 s (its AVX-512 sort) against polars' 0.24 s on 2026-11-25's
-    (docs/data-validation.md)."""
+    per process on 2^20 random values (best of two each). Neither wins everywhere, by a factor of
+    two to four either way, and no CPU feature flag predicts which (docs/data-validation.md)."""
     values = np.random.default_rng(0).integers(0, 2**63, CHOOSE_SORT_FROM, dtype=np.uint64)
     series = pl.Series(values)
 
@@ -192,7 +189,7 @@ def build_schema(schema: DataSchema, api=pa, dtypes: dict | None = None, frame: 
 def bounds(col: ColumnSchema) -> tuple[float | None, float | None]:
     """The column's range in the column's own terms: whole numbers for an integer column (the
     spec's bounds are floats; polars compares an Int64 column with a float by casting every value,
-    about 5x slower on ten million rows). On integers ``x >= 1.5`` and ``x >= 2`` agree, and an
+    much slower). On integers ``x >= 1.5`` and ``x >= 2`` agree, and an
     integer comparison is exact past 2**53 where a float one rounds."""
     low, high = col.min, col.max
     if col.dtype != "int64":
@@ -347,15 +344,13 @@ def passes(schema: DataSchema, validator: pa.DataFrameSchema, frame: pl.DataFram
                 allowed = check.statistics["allowed_values"]
                 if 0 < len(allowed) <= FEW_CATEGORIES and None not in allowed:
                     # A few allowed values: a comparison per value and row (polars compares a short
-                    # string within its 16-byte view, ~1 ns a row) costs less than finding the
-                    # distinct values (origin's 3 on 10 million rows: 0.031 s against 0.066 s).
+                    # string within its 16-byte view) costs less than finding the distinct values.
                     # A null row compares null to every value, as is_in gives it: passes if ignore_na.
                     same = pl.any_horizontal([pl.col(name) == value for value in allowed])
                     exprs.append(same.fill_null(check.ignore_na).all())
                 else:
                     # A row passes on its own value alone, so every row passes iff every distinct value
-                    # does; finding the distinct values costs less than is_in's lookup per row (0.165 s
-                    # -> 0.123 s for the column pass on 10 million rows, docs/data-validation.md).
+                    # does; finding the distinct values costs less than is_in's lookup per row.
                     queries.append(lazy.select(pl.col(name).unique()).select(
                         expr.fill_null(check.ignore_na).all().alias(f"u{len(queries)}")))
             else:
