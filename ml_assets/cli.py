@@ -21,13 +21,9 @@ import datetime as dt
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from ml_assets.settings import PACKAGE_DIR, Settings, SettingsError, load_settings
-
-INGEST_STAGES = ("raw_data", "validated_snapshot", "features")
-LOG_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
 def prepare_home(settings: Settings) -> None:
@@ -40,132 +36,6 @@ def prepare_home(settings: Settings) -> None:
         shutil.copyfile(source, target)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-
-def _say(message: str) -> None:
-    print(f"\n==> {message}", flush=True)
-
-
-def demo(model: str, day: str | None) -> int:
-    settings = load_settings()
-    prepare_home(settings)
-    import dagster as dg
-
-    import ml_assets
-    from ml_assets.defs.common import asset_key
-    from ml_assets.spec import load_spec
-
-    spec = load_spec(settings.models_dir / f"{model}.yaml")
-    # The window and every test day but the target's own are ingested first.
-    before = spec.training.window_days + spec.evaluation.test_days - 1
-    target = dt.date.fromisoformat(day) if day else spec.partitioning.start + dt.timedelta(days=before)
-    days = [target - dt.timedelta(days=before - i) for i in range(before)]
-    instance = dg.DagsterInstance.get()
-    job = ml_assets.code_location.resolve_job_def(f"{spec.name}_daily")
-    started = time.perf_counter()
-    _say(f"ml_assets demo: model {spec.name}, home {settings.home}")
-    tests = spec.evaluation.test_days
-    print(f"    {len(days)} days of data ({days[0]}..{days[-1]}) are ingested, validated and featurized;\n"
-          f"    then partition {target} trains on the first {spec.training.window_days} of them (torchrun, "
-          f"{spec.training.processes_per_node} processes; the last {spec.training.validation_days} validate), is "
-          f"evaluated on the {tests} held-out day(s) ending {target} against a baseline and the champion, "
-          "registered and, if the gate passed, promoted.", flush=True)
-    for i, current in enumerate(days, start=1):
-        _say(f"[{i}/{len(days) + 1}] {current}: {' -> '.join(INGEST_STAGES)}")
-        result = job.execute_in_process(
-            partition_key=current.isoformat(), instance=instance, run_config=LOG_INFO, raise_on_error=False,
-            asset_selection=[asset_key(spec, s) for s in INGEST_STAGES],
-        )
-        if not result.success:
-            return _failed(result, current)
-    _say(f"[{len(days) + 1}/{len(days) + 1}] {target}: all stages (ingest, train, evaluate, register)")
-    result = job.execute_in_process(partition_key=target.isoformat(), instance=instance, run_config=LOG_INFO,
-                                    raise_on_error=False)
-    if not result.success:
-        return _failed(result, target)
-    _say(f"promotion: one tick of {spec.name}_promotion_sensor (what the Dagster daemon runs every minute)")
-    status = promote_by_sensor(instance, spec)
-    if status:
-        return status
-    _summary(instance, spec, target, settings, time.perf_counter() - started)
-    return 0
-
-
-def promote_by_sensor(instance, spec) -> int:
-    """Evaluate the promotion sensor once and run what it asks for, in this process."""
-    import dagster as dg
-
-    import ml_assets
-
-    defs = ml_assets.code_location
-    sensor = defs.resolve_sensor_def(f"{spec.name}_promotion_sensor")
-    context = dg.build_sensor_context(instance=instance, resources={"tracking": defs.resources["tracking"]})
-    tick = sensor.evaluate_tick(context)
-    if not tick.run_requests:
-        print(f"    no promotion: {tick.skip_message}", flush=True)
-        return 0
-    job = defs.resolve_job_def(f"{spec.name}_promote")
-    for request in tick.run_requests:
-        result = job.execute_in_process(run_config={**request.run_config, **LOG_INFO}, instance=instance,
-                                        tags=request.tags, raise_on_error=False)
-        if not result.success:
-            return _failed(result, None)
-    return 0
-
-
-def _failed(result, day: dt.date | None) -> int:
-    what = f" for {day}" if day else ""
-    for event in result.all_events:
-        if event.is_failure and event.step_key:
-            print(f"\nFAILED {event.step_key}{what}: {event.message}", file=sys.stderr)
-    print(f"The run{what} failed; see the messages above (or `make dev` and the run in the UI).", file=sys.stderr)
-    return 1
-
-
-def _latest(instance, key, partition: str | None) -> dict:
-    import dagster as dg
-
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(
-        asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
-    return {k: v.value for k, v in records[0].asset_materialization.metadata.items()} if records else {}
-
-
-def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float) -> None:
-    from ml_assets.defs.common import asset_key
-
-    day = target.isoformat()
-    registered = _latest(instance, asset_key(spec, "registered_model"), day)
-    report = _latest(instance, asset_key(spec, "evaluation_report"), day)
-    production = _latest(instance, asset_key(spec, "production_model"), None)
-    tags = registered["tags"]
-    metrics = "  ".join(f"{m} {report[m]:.4f}" for m in spec.evaluation.metrics)
-    tested = report["test_days"]
-    tested = tested[0] if len(tested) == 1 else f"{tested[0]}..{tested[-1]}"
-    best = next((b for b in report["baseline"]["baselines"] if b["name"] == report["baseline"]["best"]), None)
-    baseline = "  ".join(f"{m} {best['metrics'][m]:.4f}" for m in spec.evaluation.metrics) if best else "none"
-    alias = f" (alias @{registered['alias']})" if registered.get("alias") else ""
-    champion = (f"version {production['champion_version']} ({production['decision']} by {production['actor']}: "
-                f"{production['reason'][:90]})") if production else "none yet"
-    _say(f"done in {seconds:.0f} s")
-    print(f"""
-    registered model   {registered['model_name']} version {registered['model_version']}{alias}
-    learned from       main commit {tags['data_commit']} of repository {spec.repository}
-                       (training days' commits are in the version's 'data_commits' tag)
-    test metrics       {metrics}   on {tested}: {report['test_rows']} held-out rows
-    best baseline      {baseline}   ({best['description'] if best else ''})
-    promotion gate     {'passed' if report['gate_passed'] else 'FAILED'}: {report['gate_reason'][:150]}
-    @champion          {champion}
-    MLflow run         {registered['mlflow_run_id']}
-
-    The champion's audit (evidence, data checks, promotions, pins):  .venv/bin/ml-assets audit {spec.name}
-    Rebuild it from its records and compare the weights:  .venv/bin/ml-assets reproduce {spec.name} --version {production.get('champion_version', registered['model_version'])}
-
-    Dagster UI:  make dev         then open http://127.0.0.1:3000  (Assets -> {spec.name}: the lineage and its metadata)
-    MLflow UI:   make mlflow-ui   then open http://127.0.0.1:5000  (Models -> {spec.name})
-    One more day on its own, through the Dagster CLI:
-      make materialize DAY={(target + dt.timedelta(days=1)).isoformat()}
-    Everything written lives under {settings.home}
-""", flush=True)
 
 
 def version_store(settings: Settings):
@@ -438,6 +308,8 @@ def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "replay-checks":
         sys.exit(replay_checks(args.model, args.start, args.end, args.json, args.ignore_waivers))
     if args.command == "demo":
+        from ml_assets.demo import demo
+
         sys.exit(demo(args.model, args.day))
     if args.command == "lineage":
         sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import polars as pl
 import pytest
 import yaml
 
+from benchmarks._processes import free_port  # noqa: F401 - a free TCP port on loopback, for a test's server
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.sources import _bundled_table
 
@@ -64,13 +64,6 @@ def multiclass(data: dict) -> dict:
     data["evaluation"]["metrics"] = ["macro_f1", "accuracy", "top_k_accuracy", "log_loss", "ece"]
     data["promotion"].update(primary_metric="macro_f1", floors={"macro_f1": 0.2})
     return data
-
-
-def free_port() -> int:
-    """A free TCP port on loopback for a server a test starts."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -79,16 +79,23 @@ def dagster_run_url(run_id: str) -> str:
     return f"{base}/runs/{run_id}"
 
 
+def latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None) -> dict[str, Any] | None:
+    """The metadata of the latest materialization of ``key`` (for ``partition``, when partitioned), or None."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    return {name: value.value for name, value in records[0].asset_materialization.metadata.items()}
+
+
 def upstream_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dict[str, Any]:
     """The metadata of the latest materialization of ``key`` for ``partition``.
 
     Downstream stages read their inputs by the ids recorded here (commit ids, URIs + sha256),
     never by "the latest file in a folder".
     """
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
-    ).records
-    if not records or records[0].asset_materialization is None:
+    record = latest_record(context.instance, key, partition)
+    if record is None:
         raise dg.Failure(
             description=(
                 f"{key.to_user_string()} has no materialization for partition {partition}. "
@@ -96,8 +103,7 @@ def upstream_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, parti
                 f"--select '{key.to_user_string()}' --partition {partition}"
             )
         )
-    metadata = records[0].asset_materialization.metadata
-    return {name: value.value for name, value in metadata.items()}
+    return record
 
 
 def parquet_bytes(frame: pl.DataFrame) -> bytes:

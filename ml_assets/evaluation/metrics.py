@@ -49,10 +49,12 @@ class MetricError(ValueError):
 # input checks
 
 
-def _vector(values, what: str) -> np.ndarray:
+def _numbers(values, what: str, ndim: int) -> np.ndarray:
+    """``values`` as finite floats of ``ndim`` dimensions (1: one per row; 2: rows x classes)."""
     arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise MetricError(f"{what} must be one-dimensional; got shape {arr.shape}")
+    if arr.ndim != ndim:
+        shape = "one-dimensional" if ndim == 1 else "two-dimensional (rows x classes)"
+        raise MetricError(f"{what} must be {shape}; got shape {arr.shape}")
     try:
         arr = arr.astype(float, copy=False)
     except (TypeError, ValueError) as exc:
@@ -64,41 +66,27 @@ def _vector(values, what: str) -> np.ndarray:
     return arr
 
 
-def _pair(y, pred, what: str = "predictions") -> tuple[np.ndarray, np.ndarray]:
-    y, pred = _vector(y, "labels"), _vector(pred, what)
+def _vector(values, what: str) -> np.ndarray:
+    return _numbers(values, what, 1)
+
+
+def _same_rows(y: np.ndarray, pred: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray]:
     if len(y) != len(pred):
         raise MetricError(f"{len(y)} labels but {len(pred)} {what}; they must be the same rows")
     if len(y) == 0:
         raise MetricError("no held-out rows to evaluate on")
     return y, pred
+
+
+def _pair(y, pred, what: str = "predictions") -> tuple[np.ndarray, np.ndarray]:
+    """Labels and one prediction per row."""
+    return _same_rows(_vector(y, "labels"), _vector(pred, what), what)
 
 
 def _rows(y, pred, what: str = "predictions") -> tuple[np.ndarray, np.ndarray]:
     """Labels and predictions of the same rows: one prediction per row, or one row of class
     probabilities per row (multiclass)."""
-    y = _vector(y, "labels")
-    pred = np.asarray(pred)
-    pred = _matrix(pred, what) if pred.ndim == 2 else _vector(pred, what)
-    if len(y) != len(pred):
-        raise MetricError(f"{len(y)} labels but {len(pred)} {what}; they must be the same rows")
-    if len(y) == 0:
-        raise MetricError("no held-out rows to evaluate on")
-    return y, pred
-
-
-def _matrix(values, what: str) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 2:
-        raise MetricError(f"{what} must be two-dimensional (rows x classes); got shape {arr.shape}")
-    try:
-        arr = arr.astype(float, copy=False)
-    except (TypeError, ValueError) as exc:
-        raise MetricError(f"{what} must be numeric; got dtype {arr.dtype}") from exc
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise MetricError(f"{what} contain {int(bad.sum())} missing or infinite value(s); "
-                          "drop or impute them before evaluating")
-    return arr
+    return _same_rows(_vector(y, "labels"), _numbers(pred, what, 2 if np.ndim(pred) == 2 else 1), what)
 
 
 def _binary(y: np.ndarray) -> np.ndarray:

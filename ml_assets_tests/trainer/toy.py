@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from benchmarks._processes import descendants, free_port, kill_tree  # noqa: F401 - the tests' names for them
 from ml_assets.features.state import fit_state, state_bytes
 from ml_assets.spec import FeaturesSpec
 from ml_assets.trainer.config import DataRef, TrainConfig
@@ -52,12 +49,6 @@ def write_config(path: Path, data: dict, **fields) -> TrainConfig:
     cfg = TrainConfig(**{**data, **fields})
     path.write_text(cfg.to_json())
     return cfg
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def torchrun_args(config: Path, nproc: int = 1, max_restarts: int = 0) -> list[str]:
@@ -101,21 +92,6 @@ def worker_pids(agent_pid: int) -> list[int]:
     """Children of the torchrun agent (its worker processes)."""
     children = Path(f"/proc/{agent_pid}/task/{agent_pid}/children")
     return [int(p) for p in children.read_text().split()] if children.exists() else []
-
-
-def descendants(pid: int) -> list[int]:
-    out = []
-    for child in worker_pids(pid):
-        out += [child, *descendants(child)]
-    return out
-
-
-def kill_tree(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    """The torchrun agent and every process under it (its workers run in sessions of their own)."""
-    for pid in [proc.pid, *descendants(proc.pid)]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-    proc.wait(timeout=60)
 
 
 def processes_started_for(home: str | Path) -> dict[int, list[str]]:

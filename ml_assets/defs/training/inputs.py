@@ -11,19 +11,10 @@ from typing import Any
 
 import dagster as dg
 
-from ml_assets.defs.common import asset_key
+from ml_assets.defs.common import asset_key, latest_record
 from ml_assets.defs.training.window import Window, WindowError, without_missing
 from ml_assets.spec import ModelSpec
 from ml_assets.trainer.config import DataRef
-
-
-def latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> dict[str, Any] | None:
-    """The metadata of the latest materialization of ``key`` for ``partition``, or None."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1).records
-    if not records or records[0].asset_materialization is None:
-        return None
-    return {name: value.value for name, value in records[0].asset_materialization.metadata.items()}
 
 
 def why_missing(instance: dg.DagsterInstance, spec: ModelSpec, day: dt.date) -> str:
