@@ -17,8 +17,10 @@ from typing import Any
 
 from ml_assets import lineage as lin
 from ml_assets import promotion, registry
+from ml_assets.layout import WEIGHTS_FILE
 from ml_assets.names import repo_for_model
 from ml_assets.processes import child_env
+from ml_assets.records import VersionTags
 
 
 def _artifact_json(client, run_id: str, path: str) -> dict | None:
@@ -38,7 +40,8 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
     trace = lin.trace(client, store, model, version, None, None, object_paths)
     chain = trace.chain
     mv = client.get_model_version(model, chain["version"])
-    tags = dict(mv.tags)
+    tags = VersionTags.from_tags(mv.tags)
+    gate = tags.gate
     report = _artifact_json(client, mv.run_id, "evaluation/evaluation_report.json")
     config = _artifact_json(client, mv.run_id, "training/train_config.json")
     records = promotion.history(store, model)
@@ -46,12 +49,12 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
     return {
         "model": model, "version": chain["version"], "aliases": chain["aliases"],
         "is_champion": champion is not None and str(champion.version) == chain["version"],
-        "registered": {"source": mv.source, "mlflow_run_id": mv.run_id, "partition": tags.get("partition"),
-                       "dagster_run_id": tags.get("dagster_run_id"), "dagster_run_url": tags.get("dagster_run_url")},
+        "registered": {"source": mv.source, "mlflow_run_id": mv.run_id, "partition": tags.partition,
+                       "dagster_run_id": tags.dagster_run_id, "dagster_run_url": tags.dagster_run_url},
         "evidence": {
-            "gate": tags.get("gate"), "gate_reason": tags.get("gate_reason"),
-            "compared_with_champion": tags.get("gate_champion_version"),
-            "report_uri": tags.get("evaluation_report_uri"), "report_sha256": tags.get("evaluation_report_sha256"),
+            "gate": gate and gate.gate, "gate_reason": gate and gate.gate_reason,
+            "compared_with_champion": gate and gate.gate_champion_version,
+            "report_uri": gate and gate.evaluation_report_uri, "report_sha256": gate and gate.evaluation_report_sha256,
             "metrics": (report or {}).get("metrics"), "primary_metric": (report or {}).get("primary_metric"),
             "primary_interval": (report or {}).get("primary_interval"),
             "champion_metrics": ((report or {}).get("champion") or {}).get("metrics"),
@@ -67,13 +70,12 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
         "promotions": [r for r in records if chain["version"] in (r["version"], r["previous"])],
         "promotion_log": f"{repo_for_model(model)}@main:{promotion.log_path(model)}",
         "pins": {
-            "data_commit": tags.get("data_commit"), "data_commits": json.loads(tags.get("data_commits", "{}")),
-            "skipped_days": json.loads(tags.get("skipped_days", "{}")),
-            "code_version": tags.get("code_version"), "torch_version": tags.get("torch_version"),
-            "world_size": tags.get("world_size"), "seed": (config or {}).get("seed", tags.get("seed")),
-            "hyperparameters_source": tags.get("hyperparameters_source"),
-            "checkpoint_sha256": tags.get("checkpoint_sha256"), "checkpoint_uri": tags.get("checkpoint_uri"),
-            "feature_state_sha256": tags.get("feature_state_sha256"),
+            "data_commit": tags.data_commit, "data_commits": tags.data_commits, "skipped_days": tags.skipped_days,
+            "code_version": tags.code_version, "torch_version": tags.torch_version,
+            "world_size": tags.world_size, "seed": (config or {}).get("seed", tags.seed),
+            "hyperparameters_source": tags.hyperparameters_source,
+            "checkpoint_sha256": tags.checkpoint_sha256, "checkpoint_uri": tags.checkpoint_uri,
+            "feature_state_sha256": tags.feature_state_sha256,
             "training_config": config,
         },
         "lineage_checks": [{"what": c.what, "status": c.status, "where": c.where} for c in trace.checks],
@@ -155,7 +157,7 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     from ml_assets.trainer.config import TrainConfig
 
     mv = registry.get_version(client, model, version)
-    tags = dict(mv.tags)
+    tags = VersionTags.from_tags(mv.tags)
     recorded = _artifact_json(client, mv.run_id, "training/train_config.json")
     if recorded is None:
         raise registry.RegistryError(f"{model} version {version} has no training/train_config.json in its MLflow run")
@@ -168,7 +170,7 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     path = out / "train_config.json"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(config.to_json())
-    world = int(tags.get("world_size") or 1)
+    world = int(tags.world_size or 1)
     from ml_assets.resources.training import TorchrunLauncher
 
     command = TorchrunLauncher().command(str(path), world, 0)
@@ -177,17 +179,17 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
         if name.startswith("DAGSTER_PIPES"):
             env.pop(name)
     done = subprocess.run(command, env=env)
-    expected = tags["checkpoint_sha256"]
-    weights = out / "export" / "model.safetensors"
+    expected = tags.checkpoint_sha256
+    weights = out / "export" / WEIGHTS_FILE
     actual = hashlib.sha256(weights.read_bytes()).hexdigest() if done.returncode == 0 and weights.exists() else None
     result = Reproduction(actual == expected, expected, actual, output_dir=str(out / "export"))
     if actual is None:
         result.reasons.append(f"the trainer exited with code {done.returncode}; its log is above")
-    if tags.get("code_version") != code_version:
-        result.reasons.append(f"the code version differs: registered with {tags.get('code_version')}, "
+    if tags.code_version != code_version:
+        result.reasons.append(f"the code version differs: registered with {tags.code_version}, "
                               f"this checkout is {code_version}")
-    if tags.get("torch_version") and tags["torch_version"] != torch.__version__:
-        result.reasons.append(f"torch differs: {tags['torch_version']} then, {torch.__version__} now")
+    if tags.torch_version and tags.torch_version != torch.__version__:
+        result.reasons.append(f"torch differs: {tags.torch_version} then, {torch.__version__} now")
     if not result.identical and actual is not None and not result.reasons:
         result.reasons.append("same code, data, config, seed and world size, yet different weights: "
                               "a nondeterministic kernel (set training.deterministic: true) or different hardware")

@@ -73,28 +73,30 @@ def lineage(model: str, version: str | None, alias: str | None, partition: str |
 
 def _object_paths(settings: Settings, model: str):
     """The day's object paths from the spec, or None (the store is listed) when the spec is gone."""
-    from ml_assets.defs.raw.paths import object_paths
+    from ml_assets.layout import Layout
+    from ml_assets.model_files import load_model_spec
     from ml_assets.names import InvalidName, check_model_name
-    from ml_assets.spec import SpecError, load_spec
+    from ml_assets.spec import SpecError
 
     try:
-        spec = load_spec(settings.models_dir / f"{check_model_name(model)}.yaml")
+        spec = load_model_spec(settings.models_dir, check_model_name(model))
     except (SpecError, InvalidName):
         return None
-    return lambda day: list(object_paths(spec, dt.date.fromisoformat(day)).values())
+    return lambda day: list(Layout.of(spec).object_paths(dt.date.fromisoformat(day)).values())
 
 
 def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waivers: bool) -> int:
     """Exit 0 when every day passes, 1 when some fail, 2 on a bad model or date."""
     import json
 
+    from ml_assets.model_files import load_model_spec
     from ml_assets.sources import SourceError
-    from ml_assets.spec import SpecError, load_spec
+    from ml_assets.spec import SpecError
     from ml_assets.validation.replay import replay
 
     settings = load_settings()
     try:
-        spec = load_spec(settings.models_dir / f"{model}.yaml")
+        spec = load_model_spec(settings.models_dir, model)
         first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
         if last < first:
             raise ValueError(f"--end {last} is before --start {first}")
@@ -151,13 +153,14 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     import getpass
 
     from ml_assets import registry
+    from ml_assets.model_files import load_model_spec
     from ml_assets.names import InvalidName, check_model_name
-    from ml_assets.spec import SpecError, load_spec
+    from ml_assets.spec import SpecError
 
     settings = load_settings()
     try:
         check_model_name(model)
-        spec = load_spec(settings.models_dir / f"{model}.yaml")
+        spec = load_model_spec(settings.models_dir, model)
         if not reason.strip():
             raise ValueError("--reason must say why (it goes into the audit record)")
         if version is not None:
@@ -169,7 +172,8 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
 
     import ml_assets
     from ml_assets.defs.common import asset_key
-    from ml_assets.defs.promotion.assets import promotion_run_config
+    from ml_assets.promotion.assets import promotion_run_config
+    from ml_assets.records import PromotionRecord
 
     job = ml_assets.code_location.resolve_job_def(f"{spec.name}_promote")
     actor = f"cli {getpass.getuser()}"
@@ -185,9 +189,9 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
                       if event.step_failure_data and event.step_failure_data.error else event.message, file=sys.stderr)
         return 1
     materialization = result.asset_materializations_for_node(asset_key(spec, "production_model").to_python_identifier())[-1]
-    meta = {k: v.value for k, v in materialization.metadata.items()}
-    print(f"{spec.name}: @champion is version {meta['champion_version']} ({meta['outcome']}: {meta['decision']}; "
-          f"previous {meta['previous_version']}); recorded in {meta['promotions_log']} and the version's MLflow tags")
+    done = PromotionRecord.from_metadata(materialization.metadata)
+    print(f"{spec.name}: @champion is version {done.champion_version} ({done.outcome}: {done.decision}; "
+          f"previous {done.previous_version}); recorded in {done.promotions_log} and the version's MLflow tags")
     return 0
 
 
@@ -296,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "mlflow-server":
-        from ml_assets.services import run_mlflow_server
+        from ml_assets.deploy.services import run_mlflow_server
 
         sys.exit(run_mlflow_server(args.host, args.port, args.workers, args.allowed_hosts))
     if args.command in ("promote", "rollback"):

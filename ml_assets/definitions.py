@@ -5,11 +5,14 @@ import os
 
 import dagster as dg
 
-from ml_assets.defs import build_model_defs
-from ml_assets.defs.alerts import build_failure_alert_sensor
+from ml_assets.defs.model import build_model_defs
+from ml_assets.deploy.alerts.sensor import build_failure_alert_sensor
+from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
+from ml_assets.model_files import load_model_specs
 from ml_assets.resources import (
     ArtifactStoreResource,
     CheckpointStoreResource,
+    DagsterLinksResource,
     LakeFSVersionStoreResource,
     LocalVersionStoreResource,
     MlflowTrackingResource,
@@ -18,13 +21,12 @@ from ml_assets.resources import (
     VersionStoreResource,
 )
 from ml_assets.settings import LAKEFS_VARIABLES, Settings, load_settings, public_url
-from ml_assets.spec import load_specs
 
 # What the production executor's fork server imports once per run, so that no step process pays for
 # it again: the built definitions, then the modules the stages import when they run, with their
 # libraries (seconds each on these machines: torch ~3, mlflow ~3, scikit-learn ~3, pandera + scipy ~2).
-STEP_PRELOAD = ("ml_assets.preload", "ml_assets.validation.run", "scipy.stats", "ml_assets.trainer.data",
-                "ml_assets.trainer.checkpoint", "ml_assets.defs.evaluation.report", "ml_assets.evaluation.plots",
+STEP_PRELOAD = ("ml_assets.deploy.preload", "ml_assets.validation.run", "scipy.stats", "ml_assets.trainer.data",
+                "ml_assets.trainer.checkpoint", "ml_assets.evaluation.report", "ml_assets.evaluation.plots",
                 "ml_assets.registry", "ml_assets.serving.pyfunc")
 
 
@@ -49,7 +51,7 @@ def tracking_resource(settings: Settings) -> MlflowTrackingResource:
 
 def launcher_resource(settings: Settings) -> TorchrunLauncher:
     if settings.kubernetes:
-        from ml_assets.k8s.launcher import KubernetesTorchrunLauncher
+        from ml_assets.deploy.k8s.launcher import KubernetesTorchrunLauncher
 
         return KubernetesTorchrunLauncher(training_defaults=json.dumps(settings.k8s_training_defaults or {}))
     return TorchrunLauncher()
@@ -60,12 +62,17 @@ def tuning_resource(settings: Settings) -> TuningResource:
     storage = (dg.EnvVar("ML_ASSETS_OPTUNA_STORAGE") if os.environ.get("ML_ASSETS_OPTUNA_STORAGE")
                else settings.optuna_storage)
     if settings.kubernetes:  # trial workers are pods (ML_ASSETS_OPTUNA_STORAGE is required there)
-        from ml_assets.k8s.tuning import KubernetesTuningResource
+        from ml_assets.deploy.k8s.tuning import KubernetesTuningResource
 
         return KubernetesTuningResource(storage_url=storage, workdir=str(settings.tuning_dir),
                                         job_store_url=settings.artifacts_location,
                                         training_defaults=json.dumps(settings.k8s_training_defaults or {}))
     return TuningResource(storage_url=storage, workdir=str(settings.tuning_dir))
+
+
+def dagster_url() -> str:
+    """The Dagster UI's public address, for the run links that records carry."""
+    return public_url(os.environ.get("ML_ASSETS_DAGSTER_URL", "http://127.0.0.1:3000"))
 
 
 def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
@@ -76,17 +83,18 @@ def local_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "tracking": tracking_resource(settings),
         "launcher": launcher_resource(settings),
         "tuning_store": tuning_resource(settings),
+        "links": DagsterLinksResource(base_url=dagster_url()),
     }
 
 
 def step_executor(settings: Settings, specs: list | None = None) -> dg.ExecutorDefinition:
     if settings.kubernetes:
         # Every step a Kubernetes Job (dagster-k8s); the training op's pod from its spec: GPUs,
-        # /dev/shm, placement (ml_assets.k8s.pods). Image, namespace, service account and environment
+        # /dev/shm, placement (ml_assets.deploy.k8s.pods). Image, namespace, service account and environment
         # come from the K8sRunLauncher's configuration (helm/dagster-values.yaml).
         from dagster_k8s import k8s_job_executor
 
-        from ml_assets.k8s.pods import TrainingDefaults, executor_config
+        from ml_assets.deploy.k8s.pods import TrainingDefaults, executor_config
 
         defaults = TrainingDefaults.parse(settings.k8s_training_defaults)
         return k8s_job_executor.configured(executor_config(specs or [], defaults, settings.k8s_step_resources),
@@ -107,8 +115,10 @@ def step_executor(settings: Settings, specs: list | None = None) -> dg.ExecutorD
 
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or load_settings()
-    specs = load_specs(settings.models_dir)
+    specs = load_model_specs(settings.models_dir)  # <name>.yaml specs and <name>/defs.yaml components
     models = [build_model_defs(spec) for spec in specs]
     shared = dg.Definitions(resources=local_resources(settings), executor=step_executor(settings, specs),
-                            sensors=[build_failure_alert_sensor(settings)] if settings.production else [])
+                            sensors=[build_failure_alert_sensor(
+                                interval_seconds=settings.alert_interval_seconds,
+                                webhook=dg.EnvVar(WEBHOOK_VARIABLE))] if settings.production else [])
     return dg.Definitions.merge(*models, shared)

@@ -28,9 +28,9 @@ def demo(model: str, day: str | None) -> int:
 
     import ml_assets
     from ml_assets.defs.common import asset_key
-    from ml_assets.spec import load_spec
+    from ml_assets.model_files import load_model_spec
 
-    spec = load_spec(settings.models_dir / f"{model}.yaml")
+    spec = load_model_spec(settings.models_dir, model)
     # The window and every test day but the target's own are ingested first.
     before = spec.training.window_days + spec.evaluation.test_days - 1
     target = dt.date.fromisoformat(day) if day else spec.partitioning.start + dt.timedelta(days=before)
@@ -97,41 +97,35 @@ def _failed(result, day: dt.date | None) -> int:
     return 1
 
 
-def _latest(instance, key, partition: str | None) -> dict:
-    from ml_assets.defs.common import latest_record
-
-    return latest_record(instance, key, partition) or {}
-
-
 def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float) -> None:
     from ml_assets.defs.common import asset_key
+    from ml_assets.records import EvaluationRecord, PromotionRecord, RegisteredRecord, latest
 
     day = target.isoformat()
-    registered = _latest(instance, asset_key(spec, "registered_model"), day)
-    report = _latest(instance, asset_key(spec, "evaluation_report"), day)
-    production = _latest(instance, asset_key(spec, "production_model"), None)
-    tags = registered["tags"]
-    metrics = "  ".join(f"{m} {report[m]:.4f}" for m in spec.evaluation.metrics)
-    tested = report["test_days"]
+    registered = latest(instance, asset_key(spec, "registered_model"), day, RegisteredRecord)
+    report = latest(instance, asset_key(spec, "evaluation_report"), day, EvaluationRecord)
+    production = latest(instance, asset_key(spec, "production_model"), None, PromotionRecord)
+    metrics = "  ".join(f"{m} {report.metrics[m]:.4f}" for m in spec.evaluation.metrics)
+    tested = report.test_days
     tested = tested[0] if len(tested) == 1 else f"{tested[0]}..{tested[-1]}"
-    best = next((b for b in report["baseline"]["baselines"] if b["name"] == report["baseline"]["best"]), None)
+    best = next((b for b in report.baseline["baselines"] if b["name"] == report.baseline["best"]), None)
     baseline = "  ".join(f"{m} {best['metrics'][m]:.4f}" for m in spec.evaluation.metrics) if best else "none"
-    alias = f" (alias @{registered['alias']})" if registered.get("alias") else ""
-    champion = (f"version {production['champion_version']} ({production['decision']} by {production['actor']}: "
-                f"{production['reason'][:90]})") if production else "none yet"
+    alias = f" (alias @{registered.alias})" if registered.alias else ""
+    champion = (f"version {production.champion_version} ({production.decision} by {production.actor}: "
+                f"{production.reason[:90]})") if production else "none yet"
     _say(f"done in {seconds:.0f} s")
     print(f"""
-    registered model   {registered['model_name']} version {registered['model_version']}{alias}
-    learned from       main commit {tags['data_commit']} of repository {spec.repository}
+    registered model   {registered.model_name} version {registered.model_version}{alias}
+    learned from       main commit {registered.version_tags.data_commit} of repository {spec.repository}
                        (training days' commits are in the version's 'data_commits' tag)
-    test metrics       {metrics}   on {tested}: {report['test_rows']} held-out rows
+    test metrics       {metrics}   on {tested}: {report.test_rows} held-out rows
     best baseline      {baseline}   ({best['description'] if best else ''})
-    promotion gate     {'passed' if report['gate_passed'] else 'FAILED'}: {report['gate_reason'][:150]}
+    promotion gate     {'passed' if report.gate_passed else 'FAILED'}: {report.gate_reason[:150]}
     @champion          {champion}
-    MLflow run         {registered['mlflow_run_id']}
+    MLflow run         {registered.mlflow_run_id}
 
     The champion's audit (evidence, data checks, promotions, pins):  .venv/bin/ml-assets audit {spec.name}
-    Rebuild it from its records and compare the weights:  .venv/bin/ml-assets reproduce {spec.name} --version {production.get('champion_version', registered['model_version'])}
+    Rebuild it from its records and compare the weights:  .venv/bin/ml-assets reproduce {spec.name} --version {production.champion_version if production else registered.model_version}
 
     Dagster UI:  make dev         then open http://127.0.0.1:3000  (Assets -> {spec.name}: the lineage and its metadata)
     MLflow UI:   make mlflow-ui   then open http://127.0.0.1:5000  (Models -> {spec.name})

@@ -18,6 +18,7 @@ from typing import Any
 import fsspec
 
 from ml_assets.names import check_model_name, check_partition_key, repo_for_model
+from ml_assets.records import PublishCommit, RawCommit, VersionTags
 from ml_assets.versioning import NotFound, VersionStore, VersionStoreError
 
 ALIASES_BY_PREFERENCE = ("champion", "challenger")
@@ -100,8 +101,8 @@ def publication(store: VersionStore, repo: str, commit: str, day: str) -> tuple[
     """The merge commit that published ``day`` into main (at or before ``commit``) and the raw
     commit it audited."""
     for entry in store.log(repo, commit):
-        if entry.metadata.get("partition") == day and "audited_commit" in entry.metadata:
-            return entry, store.get_commit(repo, entry.metadata["audited_commit"])
+        if PublishCommit.is_publish(entry.metadata, day):
+            return entry, store.get_commit(repo, PublishCommit.from_commit_metadata(entry.metadata).audited_commit)
     return None, None
 
 
@@ -126,28 +127,28 @@ def _source_sha(url: str) -> str | None:
 def trace(client, store: VersionStore, model: str, version: str | None = None, alias: str | None = None,
           partition: str | None = None, object_paths=None) -> Lineage:
     mv = resolve_version(client, model, version, alias, partition)
-    tags = dict(mv.tags)
+    tags = VersionTags.from_tags(mv.tags)
     run = client.get_run(mv.run_id)
     aliases = list(getattr(mv, "aliases", []) or [])
     lineage = Lineage(chain={
         "model": model, "version": str(mv.version), "aliases": aliases, "source": mv.source,
-        "tags": tags, "mlflow_run": {"id": run.info.run_id, "status": run.info.status,
-                                      "dagster_run_id": tags.get("dagster_run_id"),
-                                      "dagster_run_url": tags.get("dagster_run_url")},
+        "tags": dict(mv.tags), "mlflow_run": {"id": run.info.run_id, "status": run.info.status,
+                                              "dagster_run_id": tags.dagster_run_id,
+                                              "dagster_run_url": tags.dagster_run_url},
     })
     checks = lineage.checks
     with tempfile.TemporaryDirectory(prefix="ml_assets-lineage-") as tmp:
         from ml_assets.serving.pyfunc import model_files
 
         files = model_files(Path(client.download_artifacts(run.info.run_id, "model", tmp)))
-        weights_sha = tags.get("checkpoint_sha256", "")
+        weights_sha = tags.checkpoint_sha256
         checks.append(Check("registered weights (MLflow artifact model/artifacts/model.safetensors)", weights_sha,
                             _sha(files["model.safetensors"].read_bytes()), f"{mv.source}/artifacts/model.safetensors"))
         meta = json.loads(files["meta.json"].read_bytes())
         checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
                             meta["feature_state_sha256"], _sha(files["feature_state.json"].read_bytes()),
                             f"{mv.source}/artifacts/feature_state.json"))
-    checkpoint_uri = tags.get("checkpoint_uri")
+    checkpoint_uri = tags.checkpoint_uri
     if checkpoint_uri:
         data = _read(checkpoint_uri)
         checks.append(Check("checkpoint in the checkpoint store", weights_sha, _sha(data) if data else None, checkpoint_uri))
@@ -155,7 +156,7 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
         k: meta[k] for k in ("world_size", "train_rows", "val_rows", "torch_version") if k in meta}}
 
     repo = repo_for_model(model)
-    data_commits = json.loads(tags.get("data_commits", "{}"))
+    data_commits = tags.data_commits
     days = []
     for role, refs in (("train", meta.get("train_files", [])), ("validation", meta.get("val_files", []))):
         for ref in refs:
@@ -181,8 +182,9 @@ def _trace_day(store, repo, day, role, ref, commit, object_paths, checks) -> dic
     if merged is None:
         checks.append(Check(f"publication of {day} before {commit[:12]}", "a merge into main", None, repo))
         return entry
-    entry["published"] = {"commit": merged.id, "by_dagster_run": merged.metadata.get("dagster_run_id"),
-                          "checks_passed": merged.metadata.get("checks_passed"), "at": merged.created_at}
+    published = PublishCommit.from_commit_metadata(merged.metadata)
+    entry["published"] = {"commit": merged.id, "by_dagster_run": published.provenance.dagster_run_id or None,
+                          "checks_passed": published.checks_passed or None, "at": merged.created_at}
     main_history = {c.id for c in store.log(repo, "main")}
     checks.append(Check(f"snapshot commit of {day} is on main", commit, commit if commit in main_history else "not on main",
                         f"{repo}@main"))
@@ -198,9 +200,10 @@ def _trace_day(store, repo, day, role, ref, commit, object_paths, checks) -> dic
         checks.append(Check(f"object {path} of {day}", info.sha256, actual, f"{repo}@{commit[:12]}"))
         objects.append({"path": path, "sha256": info.sha256, "bytes": info.size})
     entry["objects"] = objects
-    source_files = json.loads(raw.metadata.get("source_files", "{}"))
-    entry["raw"] = {"commit": raw.id, "by_dagster_run": raw.metadata.get("dagster_run_id"),
-                    "code_version": raw.metadata.get("code_version"), "source_files": source_files}
+    written = RawCommit.from_commit_metadata(raw.metadata)
+    source_files = written.source_files
+    entry["raw"] = {"commit": raw.id, "by_dagster_run": written.provenance.dagster_run_id or None,
+                    "code_version": written.provenance.code_version or None, "source_files": source_files}
     for url, sha in source_files.items():
         checks.append(_source_check(url, sha))
     return entry

@@ -21,19 +21,20 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from ml_assets.defs.evaluation import report as rep
-from ml_assets.defs.training.assets import train_config
+from ml_assets.evaluation import report as rep
 from ml_assets.evaluation.metrics import MULTICLASS_METRICS
 from ml_assets.features.build import FeatureError, build_features
 from ml_assets.features.state import fit_state, state_bytes
-from ml_assets.registry import class_tags
+from ml_assets.records import CheckpointRecord, VersionTags
 from ml_assets.serving import pyfunc
 from ml_assets.serving.predict import predict
 from ml_assets.sources import read_day
 from ml_assets.spec import ModelSpec
+from ml_assets.spec.trainer_config import train_config
 from ml_assets.trainer.checkpoint import load_checkpoint
 from ml_assets.trainer.config import DataRef
 from ml_assets.trainer.data import to_tensors
+from ml_assets.trainer.result import TrainingResult
 from ml_assets_tests.conftest import multiclass, small_training
 from ml_assets_tests.trainer.toy import complete_checkpoints, run, torchrun_args
 
@@ -188,10 +189,8 @@ def test_the_evaluation_reports_multiclass_metrics_per_class_rates_and_plots(spe
                                                                           tmp_path):
     out = trained[1] / "out"
     meta = json.loads((out / "meta.json").read_text())
-    ckpt = {"checkpoint_uri": str(out / "model.safetensors"), "checkpoint_sha256": meta["weights_sha256"],
-            "meta_uri": str(out / "meta.json"), "meta_sha256": _ref(out / "meta.json").sha256,
-            "history": meta["history"]}
-    report = rep.evaluate(spec, TEST_DAY.isoformat(), ckpt, [files[TEST_DAY]], client)
+    ckpt = _checkpoint_record(out, meta)
+    report, predictions = rep.evaluate(spec, TEST_DAY.isoformat(), ckpt, [files[TEST_DAY]], client)
     assert set(report["metrics"]) == set(MULTICLASS_METRICS)
     assert report["threshold"] is None and report["positive_rate"] is None
     assert report["classes"] == CLASSES and sum(report["class_rates"].values()) == pytest.approx(1.0)
@@ -201,12 +200,12 @@ def test_the_evaluation_reports_multiclass_metrics_per_class_rates_and_plots(spe
     assert lo <= report["metrics"]["macro_f1"] <= hi
     assert all("class_rates" in r for r in report["slices"])
     assert report["gate"]["passed"] and report["gate"]["kind"] == "first_model"  # floor macro_f1 0.2
-    assert rep.write_plots(spec, report, tmp_path) == [
+    assert rep.write_plots(spec, report, predictions, tmp_path) == [
         "confusion_matrix.png", "calibration.png", "loss_curves.png", "slices.png"]
     summary = rep.summary_markdown(spec, report, {})
     assert "| class | share of rows | precision | recall |" in summary and "| cancelled |" in summary
     ref = SimpleNamespace(uri=str(tmp_path / "report.json"), sha256="0" * 64, size=1)
-    metadata = rep.metadata(spec, report, ref, "run", "http://mlflow/run", {})
+    metadata = rep.evaluation_record(spec, report, ref, "run", "http://mlflow/run", {}).to_metadata()
     assert metadata["per_class"].value == report["per_class"]
     assert metadata["class_rates"].value == report["class_rates"]
     json.dumps(report)  # the stored report is plain JSON
@@ -227,7 +226,7 @@ def test_the_registered_pyfunc_returns_class_probabilities_and_the_predicted_cla
     client.log_artifacts(run_id, str(pyfunc.save(tmp_path / "model", exported, spec_json)), "model")
     client.create_registered_model("flights_delay")
     version = client.create_model_version("flights_delay", source=f"{client.get_run(run_id).info.artifact_uri}/model",
-                                          run_id=run_id, tags=class_tags(spec))
+                                          run_id=run_id, tags=_class_tags(spec))
     assert json.loads(client.get_model_version("flights_delay", version.version).tags["classes"]) == CLASSES
 
     mlflow.set_tracking_uri(client.tracking_uri)  # what a user sets (docs/operations.md)
@@ -243,3 +242,22 @@ def test_the_registered_pyfunc_returns_class_probabilities_and_the_predicted_cla
     assert np.abs(probabilities.sum(axis=1) - 1).max() < 1e-9
     assert np.abs(probabilities - predict(loaded, rows)).max() < 1e-6
     assert served["predicted_class"].tolist() == [CLASSES[i] for i in probabilities.argmax(axis=1)]
+
+
+def _checkpoint_record(out, meta: dict) -> CheckpointRecord:
+    """The record of a checkpoint trained outside Dagster: what the evaluation reads of it."""
+    numbers = {f.name: 0 for f in dataclasses.fields(TrainingResult) if f.type in ("int", "float")}
+    texts = {f.name: "" for f in dataclasses.fields(TrainingResult) if f.type == "str"}
+    result = TrainingResult(**{**numbers, **texts, "checkpoint_uri": str(out / "model.safetensors"),
+                               "checkpoint_sha256": meta["weights_sha256"], "meta_uri": str(out / "meta.json"),
+                               "meta_sha256": _ref(out / "meta.json").sha256, "history": meta["history"]})
+    return CheckpointRecord(result=result, repository="", train_days=[], val_days=[], skipped_days={},
+                            data_commits={}, feature_files=(), feature_state_uri="", features=[],
+                            training_config={}, hyperparameters={}, progress=[])
+
+
+def _class_tags(spec) -> dict[str, str]:
+    """The registered version's tags that say what a multiclass model predicts."""
+    tags = dataclasses.replace(VersionTags.from_tags({}), task=spec.target.task,
+                               classes=list(spec.target.classes)).to_tags()
+    return {k: tags[k] for k in ("task", "classes")}

@@ -15,7 +15,11 @@ from ml_assets.defs.raw.assets import build_raw_data
 from ml_assets.defs.snapshots.assets import build_validated_snapshot
 from ml_assets.features.serve import featurize
 from ml_assets.features.state import fit_state, state_bytes
-from ml_assets.resources import ArtifactStoreResource, LocalVersionStoreResource
+from ml_assets.resources import (
+    ArtifactStoreResource,
+    DagsterLinksResource,
+    LocalVersionStoreResource,
+)
 from ml_assets.sources import read_day
 from ml_assets.spec import ModelSpec
 from ml_assets.storage import read_verified
@@ -29,6 +33,7 @@ def test_training_and_batch_inference_compute_identical_inputs(tmp_path, bundled
     days = [DAY - dt.timedelta(days=n) for n in range(8, -1, -1)]
     assets = [build_raw_data(spec), build_validated_snapshot(spec), build_features_asset(spec)]
     resources = {"version_store": LocalVersionStoreResource(root=str(tmp_path / "versions")),
+                 "links": DagsterLinksResource(),
                  "artifacts": ArtifactStoreResource(root=str(tmp_path / "artifacts"))}
     (tmp_path / "dagster").mkdir()
     instance = dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster"))

@@ -7,15 +7,16 @@ import functools
 import hashlib
 import importlib.util
 import io
-import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import polars as pl
 
 from ml_assets.names import check_partition_key
+from ml_assets.records import Provenance
+from ml_assets.resources.links import DagsterLinksResource
 from ml_assets.settings import PACKAGE_DIR
 from ml_assets.spec import ModelSpec
 
@@ -52,7 +53,7 @@ def partition_day(context: dg.AssetExecutionContext) -> dt.date:
 def code_version(spec: ModelSpec, sections: tuple[str, ...], *modules: str) -> str:
     """Changes when the spec sections a stage reads, or the code it runs, change.
 
-    Modules are named, not imported: their source files are hashed, so building definitions does not
+    Modules (or whole packages) are named, not imported: their source files are hashed, so building definitions does not
     import torch or scikit-learn.
     """
     digest = hashlib.sha256(spec.fingerprint(*sections).encode())
@@ -60,7 +61,10 @@ def code_version(spec: ModelSpec, sections: tuple[str, ...], *modules: str) -> s
         found = importlib.util.find_spec(name)
         if found is None or found.origin is None:
             raise ValueError(f"code_version: no module {name!r}")
-        digest.update(Path(found.origin).read_bytes())
+        # A package counts whole: splitting a module in two must not leave half of it unhashed.
+        for path in (sorted(Path(found.origin).parent.rglob("*.py")) if found.submodule_search_locations
+                     else [Path(found.origin)]):
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -74,36 +78,33 @@ def package_code_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def dagster_run_url(run_id: str) -> str:
-    base = os.environ.get("ML_ASSETS_DAGSTER_URL", "http://127.0.0.1:3000").rstrip("/")
-    return f"{base}/runs/{run_id}"
+@dataclass(frozen=True)
+class Step:
+    """One stage's run for one model and partition: its provenance, and how its failures read."""
+
+    spec: ModelSpec
+    partition: str
+    run_id: str
+    run_url: str
+
+    @property
+    def where(self) -> str:
+        return f"model {self.spec.name}, partition {self.partition}"
+
+    def failure(self, reason: object, retry: bool = False, **metadata: object) -> dg.Failure:
+        """A failure that names the model, the partition and the reason."""
+        return dg.Failure(description=f"{self.where}: {reason}", allow_retries=retry, metadata=metadata or None)
+
+    def provenance(self) -> Provenance:
+        return Provenance(dagster_run_id=self.run_id, dagster_run_url=self.run_url, partition=self.partition,
+                          model=self.spec.name, code_version=package_code_version())
 
 
-def latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None) -> dict[str, Any] | None:
-    """The metadata of the latest materialization of ``key`` (for ``partition``, when partitioned), or None."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
-    if not records or records[0].asset_materialization is None:
-        return None
-    return {name: value.value for name, value in records[0].asset_materialization.metadata.items()}
-
-
-def upstream_metadata(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dict[str, Any]:
-    """The metadata of the latest materialization of ``key`` for ``partition``.
-
-    Downstream stages read their inputs by the ids recorded here (commit ids, URIs + sha256),
-    never by "the latest file in a folder".
-    """
-    record = latest_record(context.instance, key, partition)
-    if record is None:
-        raise dg.Failure(
-            description=(
-                f"{key.to_user_string()} has no materialization for partition {partition}. "
-                f"Materialize it first: dagster asset materialize -m ml_assets "
-                f"--select '{key.to_user_string()}' --partition {partition}"
-            )
-        )
-    return record
+def step(context: dg.AssetExecutionContext, spec: ModelSpec, links: DagsterLinksResource) -> Step:
+    partition = context.partition_key if context.has_partition_key else ""
+    if partition:
+        check_partition_key(partition)
+    return Step(spec, partition, context.run_id, links.run_url(context.run_id))
 
 
 def parquet_bytes(frame: pl.DataFrame) -> bytes:

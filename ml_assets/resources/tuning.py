@@ -9,7 +9,7 @@ from ml_assets.processes import child_env
 class TuningResource(dg.ConfigurableResource):
     """Where tuning studies live: the Optuna storage URL (a secret when it is PostgreSQL: from the
     environment, ``ML_ASSETS_OPTUNA_STORAGE``) and a working directory for the trials. Trial workers
-    are local processes (ml_assets.k8s.tuning makes them pods)."""
+    are local processes (ml_assets.deploy.k8s.tuning makes them pods)."""
 
     storage_url: str
     workdir: str

@@ -1,4 +1,5 @@
-"""Training checkpoints (torch.distributed.checkpoint through fsspec) and the pickle-free export.
+"""Training checkpoints: torch.distributed.checkpoint (DCP) through fsspec, saved by every rank
+together and found again when a training resumes.
 
 Layout under the config's checkpoint root (a path or an fsspec URL such as ``s3://bucket/...``)::
 
@@ -12,42 +13,42 @@ not match its manifest is corrupt or tampered: named in a warning and skipped fo
 if no complete checkpoint verifies, resuming fails instead of silently starting over.
 
 Nothing here unpickles anything a checkpoint store could hand us: only tensors go into DCP (so its
-loader never unpickles non-tensor items, which it would do without the weights-only guard), DCP's ``.metadata``
-is read with an unpickler that admits DCP's own metadata classes and nothing else, and every file is
-verified against the manifest before DCP reads it. The final export is safetensors plus JSON.
+loader never unpickles non-tensor items, which it would do without the weights-only guard), and
+DCP's ``.metadata`` and every file are checked first (ml_assets.trainer.checkpoint_files). The final
+export, safetensors plus JSON, is ml_assets.trainer.export; its names are importable from here too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import pickle
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import fsspec
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_save
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from ml_assets.storage import read_verified as _read_verified
-from ml_assets.trainer.config import DataRef
+from ml_assets.trainer.checkpoint_files import (
+    MANIFEST,
+    SafeFsspecReader,
+    fs_and_path,
+    verify,
+    write_manifest,
+)
+from ml_assets.trainer.export import LoadedCheckpoint, export_model, load_checkpoint
 from ml_assets.trainer.lease import Lease
-from ml_assets.trainer.model import build_model
 
-MANIFEST = "manifest.json"
 PROGRESS = "progress.json"
 BEST = "best"
 STEP_PREFIX = "step-"
-FORMAT = 1
 ASYNC_MIN_BYTES = 16 * 2**20
 """Below this, a checkpoint is written synchronously even in an async mode: a small state is written
 in about the time async staging takes (benchmarks/checkpoint_stall.py), and a synchronous
@@ -57,100 +58,6 @@ checkpoint is committed before training goes on, so a crash right after it loses
 class CheckpointError(RuntimeError):
     """No usable checkpoint where one should be (every complete checkpoint failed verification)."""
 
-
-# --- reading DCP metadata without arbitrary unpickling ---------------------------------------
-
-_ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
-                    "torch.distributed.checkpoint.planner")
-_ALLOWED_GLOBALS = {("torch", "Size"), ("torch", "device"), ("collections", "OrderedDict"),
-                    ("torch.serialization", "_get_layout")}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        dtype_or_layout = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype | torch.layout
-                                                             | torch.memory_format)
-        if module in _ALLOWED_MODULES or (module, name) in _ALLOWED_GLOBALS or dtype_or_layout:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a DCP metadata "
-                                     "file never needs; refusing to load it")
-
-
-class SafeFsspecReader(FsspecReader):
-    """FsspecReader whose ``.metadata`` is read by an unpickler limited to DCP's metadata classes."""
-
-    def read_metadata(self, *args, **kwargs):
-        path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as fh:
-            metadata = _MetadataUnpickler(fh).load()
-        if getattr(metadata, "storage_meta", None) is None:
-            from torch.distributed.checkpoint.metadata import StorageMeta
-
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
-
-
-# --- manifest --------------------------------------------------------------------------------
-
-def _fs(uri: str):
-    fs, path = fsspec.core.url_to_fs(uri)
-    return fs, path.rstrip("/")
-
-
-def _sha256_file(fs, path: str) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with fs.open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def write_manifest(directory: str, info: dict) -> dict:
-    """Hash every file under ``directory`` and write manifest.json last: the commit point."""
-    fs, path = _fs(directory)
-    fs.invalidate_cache()
-    files = {}
-    for full in sorted(fs.find(path)):
-        rel = full[len(path) + 1:]
-        if rel == MANIFEST:
-            continue
-        sha, size = _sha256_file(fs, full)
-        files[rel] = {"sha256": sha, "bytes": size}
-    manifest = {"format": FORMAT, **info, "files": files, "written_at": time.time()}
-    with fs.open(f"{path}/{MANIFEST}", "wb") as fh:
-        fh.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
-    return manifest
-
-
-def verify(directory: str) -> tuple[dict | None, str]:
-    """(manifest, "") when every listed file exists with its sha256 and nothing unlisted was added;
-    (None, reason) otherwise. No manifest: reason starts with "incomplete"."""
-    fs, path = _fs(directory)
-    fs.invalidate_cache()
-    try:
-        with fs.open(f"{path}/{MANIFEST}", "rb") as fh:
-            manifest = json.loads(fh.read())
-    except FileNotFoundError:
-        return None, "incomplete: no manifest.json (the writer stopped before finishing)"
-    except (OSError, ValueError) as exc:
-        return None, f"manifest.json unreadable: {exc}"
-    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-        return None, f"manifest.json has format {manifest.get('format')!r}, expected {FORMAT}"
-    present = {full[len(path) + 1:] for full in fs.find(path)} - {MANIFEST}
-    if extra := sorted(present - set(manifest["files"])):
-        return None, f"files not in the manifest: {extra}"
-    for rel, want in sorted(manifest["files"].items()):
-        if rel not in present:
-            return None, f"{rel} is missing"
-        sha, size = _sha256_file(fs, f"{path}/{rel}")
-        if size != want["bytes"] or sha != want["sha256"]:
-            return None, f"{rel} has {size} bytes, sha256 {sha[:12]}; the manifest says {want['bytes']} bytes, sha256 {want['sha256'][:12]}"
-    return manifest, ""
-
-
-# --- the manager -----------------------------------------------------------------------------
 
 @dataclass
 class Found:
@@ -220,7 +127,7 @@ class CheckpointManager:
     def _finish(self, directory: str, step: int, progress: dict) -> None:
         if self.lease is not None:
             self.lease.confirm()
-        fs, path = _fs(directory)
+        fs, path = fs_and_path(directory)
         with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
             fh.write(json.dumps(progress, sort_keys=True).encode())
         write_manifest(directory, {"step": step, "fingerprint": progress["fingerprint"], "world_size": self.world})
@@ -257,7 +164,7 @@ class CheckpointManager:
             dist.barrier(group=self.group)
 
     def _steps(self) -> list[tuple[int, str]]:
-        fs, path = _fs(self.root)
+        fs, path = fs_and_path(self.root)
         fs.invalidate_cache()
         if not fs.exists(path):
             return []
@@ -269,14 +176,14 @@ class CheckpointManager:
         return sorted(found)
 
     def _prune(self) -> None:
-        fs, _ = _fs(self.root)
+        fs, _ = fs_and_path(self.root)
         steps = self._steps()
-        complete = [(s, d) for s, d in steps if fs.exists(f"{_fs(d)[1]}/{MANIFEST}")]
+        complete = [(s, d) for s, d in steps if fs.exists(f"{fs_and_path(d)[1]}/{MANIFEST}")]
         keep = {s for s, _ in complete[-self.keep_last:]}
         newest = max(keep, default=-1)
         for s, d in steps:
             if s not in keep and s < newest:
-                fs.rm(_fs(d)[1], recursive=True)
+                fs.rm(fs_and_path(d)[1], recursive=True)
 
     # finding and loading
     def latest(self, fingerprint: str) -> Found | None:
@@ -297,7 +204,7 @@ class CheckpointManager:
         if step == -1:
             return None
         directory = f"{self.root}/{STEP_PREFIX}{step:09d}"
-        fs, path = _fs(directory)
+        fs, path = fs_and_path(directory)
         with fs.open(f"{path}/{PROGRESS}", "rb") as fh:
             progress = json.loads(fh.read())
         return Found(directory, step, progress)
@@ -347,7 +254,7 @@ class CheckpointManager:
             if self.lease is not None:
                 self.lease.confirm()
             directory = f"{self.root}/{BEST}"
-            fs, path = _fs(directory)
+            fs, path = fs_and_path(directory)
             if fs.exists(path):
                 fs.rm(path, recursive=True)
             fs.makedirs(path, exist_ok=True)
@@ -365,7 +272,7 @@ class CheckpointManager:
     def load_best(self) -> tuple[dict[str, torch.Tensor], dict] | None:
         self._join_best()
         directory = f"{self.root}/{BEST}"
-        fs, path = _fs(directory)
+        fs, path = fs_and_path(directory)
         if not fs.exists(path):
             return None
         manifest, reason = verify(directory)
@@ -373,28 +280,6 @@ class CheckpointManager:
             raise CheckpointError(f"best weights {directory} are unusable: {reason}")
         with fs.open(f"{path}/model.safetensors", "rb") as fh:
             return safetensors_load(fh.read()), manifest
-
-
-def _contiguous(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to("cpu").contiguous() for k, v in weights.items()}
-
-
-# --- export: safetensors + JSON, nothing pickled -----------------------------------------------
-
-def export_model(output_dir: str, weights: dict[str, torch.Tensor], meta: dict, feature_state: bytes) -> dict:
-    """Write model.safetensors, feature_state.json and meta.json (which rebuilds the model and pins
-    the other two by sha256). Returns URIs and digests."""
-    base = output_dir.rstrip("/")
-    blob = safetensors_save(_contiguous(weights))
-    weights_sha = hashlib.sha256(blob).hexdigest()
-    meta = {**meta, "format": "safetensors", "weights_file": "model.safetensors", "weights_sha256": weights_sha,
-            "feature_state_sha256": hashlib.sha256(feature_state).hexdigest()}
-    meta_bytes = json.dumps(meta, indent=1, sort_keys=True).encode()
-    for name, data in (("model.safetensors", blob), ("feature_state.json", feature_state), ("meta.json", meta_bytes)):
-        with fsspec.open(f"{base}/{name}", "wb", auto_mkdir=True) as fh:
-            fh.write(data)
-    return {"uri": f"{base}/model.safetensors", "sha256": weights_sha, "bytes": len(blob),
-            "meta_uri": f"{base}/meta.json", "meta_sha256": hashlib.sha256(meta_bytes).hexdigest()}
 
 
 def _stop_checkpoint_process(timeout: float = 10.0) -> None:
@@ -419,28 +304,6 @@ def _stop_checkpoint_process(timeout: float = 10.0) -> None:
     if process.is_alive():
         process.kill()
         process.join(timeout=timeout)
-
-
-@dataclass
-class LoadedCheckpoint:
-    model: torch.nn.Module
-    meta: dict
-    feature_state: dict
-
-
-def load_checkpoint(weights: DataRef, meta: DataRef) -> LoadedCheckpoint:
-    """An exported model, every file verified against its sha256; no pickle anywhere."""
-    meta_dict = json.loads(_read_verified(meta.uri, meta.sha256))
-    if meta_dict.get("weights_sha256") != weights.sha256:
-        raise ValueError(f"{meta.uri} describes weights {meta_dict.get('weights_sha256')}, not {weights.sha256}")
-    if meta_dict.get("format") != "safetensors":
-        raise ValueError(f"{meta.uri}: export format {meta_dict.get('format')!r} is not 'safetensors'")
-    base = weights.uri.rsplit("/", 1)[0]
-    state = json.loads(_read_verified(f"{base}/feature_state.json", meta_dict["feature_state_sha256"]))
-    model = build_model(meta_dict["model_config"])
-    model.load_state_dict(safetensors_load(_read_verified(weights.uri, weights.sha256)))
-    model.eval()
-    return LoadedCheckpoint(model, meta_dict, state)
 
 
 __all__ = ["CheckpointError", "CheckpointManager", "Found", "LoadedCheckpoint", "SafeFsspecReader", "export_model",

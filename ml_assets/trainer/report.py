@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.result import TrainingResult
 from ml_assets.trainer.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -32,28 +33,25 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict
     """The trained checkpoint's materialization metadata (Pipes' form: typed values as raw_value/type)."""
     p = trainer.progress
     last = p.history[-1] if p.history else {}
-    return {
-        "checkpoint_uri": {"raw_value": saved["uri"], "type": "path"},
-        "checkpoint_sha256": saved["sha256"], "checkpoint_bytes": saved["bytes"],
-        "meta_uri": {"raw_value": saved["meta_uri"], "type": "path"}, "meta_sha256": saved["meta_sha256"],
-        "feature_state_sha256": cfg.feature_state.sha256,
-        "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
-        "world_size": rt.world, "device": str(rt.device), "backend": rt.backend,
-        "precision": str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
-        "steps": p.step, "stop_reason": p.stop_reason, "weights_from": which,
-        "resumed_from_step": trainer.resumed_from if trainer.resumed_from is not None else -1,
-        "final_train_loss": last.get("train_loss", float("nan")), "final_val_loss": last.get("val_loss", float("nan")),
-        "best_val_loss": p.best_val_loss if p.best_val_loss is not None else float("nan"),
-        "samples_per_s": round(acct["samples_per_s"], 1),
-        "data_wait_pct": round(100 * acct["data_wait_fraction"], 2),
-        "checkpoint_stall_s": round(acct["checkpoint_stall_s"], 3), "checkpoints_written": acct["checkpoints_written"],
-        "checkpoint_dir": {"raw_value": cfg.checkpoint_root, "type": "path"},
-        "cpu_hours": round(acct["cpu_hours"], 5), "gpu_hours": round(acct["gpu_hours"], 5),
-        "torch_version": torch.__version__, "ml_assets_version": _project_version(),
-        "config_fingerprint": p.fingerprint,
-        "history": {"raw_value": p.history, "type": "json"},
-        "checkpoint_lease": {"raw_value": lease or {}, "type": "json"},
-    }
+    return TrainingResult(
+        checkpoint_uri=saved["uri"], checkpoint_sha256=saved["sha256"], checkpoint_bytes=saved["bytes"],
+        meta_uri=saved["meta_uri"], meta_sha256=saved["meta_sha256"],
+        feature_state_sha256=cfg.feature_state.sha256,
+        train_rows=len(trainer.train_t[2]), val_rows=len(trainer.val_t[2]),
+        world_size=rt.world, device=str(rt.device), backend=rt.backend,
+        precision=str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
+        steps=p.step, stop_reason=p.stop_reason, weights_from=which,
+        resumed_from_step=trainer.resumed_from if trainer.resumed_from is not None else -1,
+        final_train_loss=last.get("train_loss", float("nan")), final_val_loss=last.get("val_loss", float("nan")),
+        best_val_loss=p.best_val_loss if p.best_val_loss is not None else float("nan"),
+        samples_per_s=round(acct["samples_per_s"], 1),
+        data_wait_pct=round(100 * acct["data_wait_fraction"], 2),
+        checkpoint_stall_s=round(acct["checkpoint_stall_s"], 3), checkpoints_written=acct["checkpoints_written"],
+        checkpoint_dir=cfg.checkpoint_root,
+        cpu_hours=round(acct["cpu_hours"], 5), gpu_hours=round(acct["gpu_hours"], 5),
+        torch_version=torch.__version__, ml_assets_version=_project_version(),
+        config_fingerprint=p.fingerprint, history=p.history, checkpoint_lease=lease or {},
+    ).pipes_metadata()
 
 
 def _project_version() -> str:

@@ -151,8 +151,6 @@ def _mlflow(job: Job):
 
 def objective(job: Job, trial: optuna.Trial) -> float:
     """Train with the trial's parameters, reporting each epoch's validation loss to the pruner."""
-    from ml_assets.trainer.config import TrainConfig
-
     params = suggest(trial, job.space)
     # Which worker ran it (the pod's name on Kubernetes): for reading a failed trial's logs.
     trial.set_user_attr("worker", f"{os.environ.get('HOSTNAME') or socket.gethostname()}:{os.getpid()}")
@@ -160,58 +158,13 @@ def objective(job: Job, trial: optuna.Trial) -> float:
     out.mkdir(parents=True, exist_ok=True)
     epochs_file = out / "epochs.jsonl"
     epochs_file.unlink(missing_ok=True)
-    base = {k: v for k, v in job.base_config.items()}
-    base.update(config_overrides(params, list(base["hidden_sizes"])))
-    base.update(epochs=job.max_epochs, output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"),
-                epoch_log=str(epochs_file), early_stopping_patience=0, checkpoint_every_seconds=0,
-                checkpoint_every_steps=0, keep_last=1, report_every_steps=10_000)
-    config = TrainConfig.from_dict(base)
-    (out / "train_config.json").write_text(config.to_json())
+    _write_config(job, params, out, epochs_file)
     client = _mlflow(job)
-    run_id = None
-    if client is not None:
-        run = client.create_run(job.experiment_id, run_name=f"trial-{trial.number}", tags={
-            "mlflow.parentRunId": job.parent_run_id, "optuna_study": job.study_name,
-            "optuna_trial": str(trial.number), "ml_assets/stage": "tuning"})
-        run_id = run.info.run_id
-        from mlflow.entities import Param
-
-        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
-        trial.set_user_attr("mlflow_run_id", run_id)
-    threads = str(job.threads_per_process)
-    command = [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone",
-               f"--nproc_per_node={job.processes_per_trial}", "--max-restarts=0",
-               "-m", "ml_assets.trainer", "--config", str(out / "train_config.json")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
-    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, **job.env)
-    env = processes.child_env(env)  # the trial's torchrun ends if this worker dies
+    run_id = None if client is None else _start_run(client, job, trial, params)
     log = open(out / "trainer.log", "wb")  # noqa: SIM115 - closed below
-    # Its own session: pruning or a stopped worker kills torchrun and its ranks together.
-    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    seen, best = 0, float("inf")
+    proc = _start_trainer(job, out, log)
     try:
-        while True:
-            lines = epochs_file.read_text().splitlines() if epochs_file.exists() else []
-            for line in lines[seen:]:
-                entry = json.loads(line)
-                value = float(entry["val_loss"])
-                best = min(best, value)
-                # The pruner sees the trial's value as it would be if it stopped now (its best
-                # epoch so far), the same measure it is finally ranked by: a trial whose loss
-                # rises after a good epoch is not judged by its worse epoch.
-                trial.report(best, int(entry["epoch"]))
-                if client is not None:
-                    client.log_metric(run_id, "val_loss", value, step=int(entry["epoch"]))
-                    client.log_metric(run_id, "train_loss", float(entry["train_loss"]), step=int(entry["epoch"]))
-                seen += 1
-                trial.set_user_attr("epochs", seen)
-                if trial.should_prune():
-                    _stop(proc)
-                    _finish(client, run_id, "KILLED", {"optuna_state": "PRUNED", "epochs": str(seen)})
-                    raise optuna.TrialPruned(f"pruned after epoch {seen} (val_loss {value:.4f})")
-            if proc.poll() is not None and len(lines) == seen:
-                break
-            time.sleep(0.2)
+        seen, best = _follow_epochs(trial, proc, epochs_file, client, run_id)
     except BaseException:
         _stop(proc)
         raise
@@ -225,6 +178,75 @@ def objective(job: Job, trial: optuna.Trial) -> float:
                           f"its log: {out / 'trainer.log'}")
     _finish(client, run_id, "FINISHED", {"optuna_state": "COMPLETE", "epochs": str(seen)}, {"best_val_loss": best})
     return best
+
+
+def _write_config(job: Job, params: dict[str, Any], out: Path, epochs_file: Path) -> None:
+    """The trial's trainer config: the study's base config with the trial's parameters, writing its
+    epochs to ``epochs_file`` and its files under ``out``, with no early stopping (the pruner stops it)."""
+    from ml_assets.trainer.config import TrainConfig
+
+    base = {k: v for k, v in job.base_config.items()}
+    base.update(config_overrides(params, list(base["hidden_sizes"])))
+    base.update(epochs=job.max_epochs, output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"),
+                epoch_log=str(epochs_file), early_stopping_patience=0, checkpoint_every_seconds=0,
+                checkpoint_every_steps=0, keep_last=1, report_every_steps=10_000)
+    config = TrainConfig.from_dict(base)
+    (out / "train_config.json").write_text(config.to_json())
+
+
+def _start_run(client, job: Job, trial: optuna.Trial, params: dict[str, Any]) -> str:
+    """The trial's MLflow run, a child of the study's, with the trial's parameters; its id."""
+    run = client.create_run(job.experiment_id, run_name=f"trial-{trial.number}", tags={
+        "mlflow.parentRunId": job.parent_run_id, "optuna_study": job.study_name,
+        "optuna_trial": str(trial.number), "ml_assets/stage": "tuning"})
+    run_id = run.info.run_id
+    from mlflow.entities import Param
+
+    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
+    trial.set_user_attr("mlflow_run_id", run_id)
+    return run_id
+
+
+def _start_trainer(job: Job, out: Path, log) -> subprocess.Popen:
+    """torchrun of the trial's config, its output to ``log``."""
+    threads = str(job.threads_per_process)
+    command = [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone",
+               f"--nproc_per_node={job.processes_per_trial}", "--max-restarts=0",
+               "-m", "ml_assets.trainer", "--config", str(out / "train_config.json")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, **job.env)
+    env = processes.child_env(env)  # the trial's torchrun ends if this worker dies
+    # Its own session: pruning or a stopped worker kills torchrun and its ranks together.
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _follow_epochs(trial: optuna.Trial, proc: subprocess.Popen, epochs_file: Path, client,
+                   run_id: str | None) -> tuple[int, float]:
+    """Each epoch the trainer writes, reported to the pruner (and MLflow) until the trainer exits:
+    the epochs seen and the best validation loss. Raises TrialPruned after stopping the trainer."""
+    seen, best = 0, float("inf")
+    while True:
+        lines = epochs_file.read_text().splitlines() if epochs_file.exists() else []
+        for line in lines[seen:]:
+            entry = json.loads(line)
+            value = float(entry["val_loss"])
+            best = min(best, value)
+            # The pruner sees the trial's value as it would be if it stopped now (its best
+            # epoch so far), the same measure it is finally ranked by: a trial whose loss
+            # rises after a good epoch is not judged by its worse epoch.
+            trial.report(best, int(entry["epoch"]))
+            if client is not None:
+                client.log_metric(run_id, "val_loss", value, step=int(entry["epoch"]))
+                client.log_metric(run_id, "train_loss", float(entry["train_loss"]), step=int(entry["epoch"]))
+            seen += 1
+            trial.set_user_attr("epochs", seen)
+            if trial.should_prune():
+                _stop(proc)
+                _finish(client, run_id, "KILLED", {"optuna_state": "PRUNED", "epochs": str(seen)})
+                raise optuna.TrialPruned(f"pruned after epoch {seen} (val_loss {value:.4f})")
+        if proc.poll() is not None and len(lines) == seen:
+            return seen, best
+        time.sleep(0.2)
 
 
 def _stop(proc: subprocess.Popen) -> None:

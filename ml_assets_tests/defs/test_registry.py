@@ -3,7 +3,7 @@
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ml_assets.defs.registry.assets import CHALLENGER, move_challenger
+from ml_assets.registry import CHALLENGER, move_challenger
 
 
 @pytest.fixture(scope="module")

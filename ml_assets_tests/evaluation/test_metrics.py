@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from ml_assets.evaluation import bootstrap, plots
 from ml_assets.evaluation import metrics as m
-from ml_assets.evaluation import plots
 from ml_assets.evaluation.metrics import MetricError
 
 CLS = "binary_classification"
@@ -173,7 +173,7 @@ def test_bootstrap_is_seeded_and_blocking_does_not_change_it(monkeypatch):
     first = m.bootstrap_ci(y, p, brier, n=200, seed=7)
     assert m.bootstrap_ci(y, p, brier, n=200, seed=7) == first
     assert m.bootstrap_ci(y, p, brier, n=200, seed=8) != first
-    monkeypatch.setattr(m, "_BOOTSTRAP_CELLS", 500 * 3)  # index blocks of 3 resamples
+    monkeypatch.setattr(bootstrap, "_BOOTSTRAP_CELLS", 500 * 3)  # index blocks of 3 resamples
     assert m.bootstrap_ci(y, p, brier, n=200, seed=7) == first
 
 

@@ -12,8 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-from ml_assets.k8s.pods import HOME
-from ml_assets.k8s.training_job import INDEX_ANNOTATION
+from ml_assets.deploy.k8s.pods import HOME
+from ml_assets.deploy.k8s.training_job import INDEX_ANNOTATION
 
 
 def pod_env(container: dict, index: int, pod_name: str, home: Path,

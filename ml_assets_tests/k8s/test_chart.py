@@ -15,8 +15,8 @@ import helm_python as helm
 import pytest
 import yaml
 
-from ml_assets.k8s.pods import TrainingDefaults
-from ml_assets.k8s.training_job import job_name, training_job_manifests
+from ml_assets.deploy.k8s.pods import TrainingDefaults
+from ml_assets.deploy.k8s.training_job import job_name, training_job_manifests
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_specs
 from ml_assets_tests.conftest import cli_env

@@ -13,8 +13,8 @@ import yaml
 from dagster._core.pipes.utils import extract_message_or_forward_to_stdout
 from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
-from ml_assets.k8s.pods import TrainingDefaults
-from ml_assets.k8s.training_job import job_name, training_job_manifests
+from ml_assets.deploy.k8s.pods import TrainingDefaults
+from ml_assets.deploy.k8s.training_job import job_name, training_job_manifests
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec
 from ml_assets_tests.conftest import cli_env

@@ -23,7 +23,7 @@ from dagster._grpc.types import ExecuteStepArgs
 from kubernetes.client import ApiClient
 
 from ml_assets.definitions import build_definitions
-from ml_assets.k8s.pods import K8sConfigError, TrainingDefaults
+from ml_assets.deploy.k8s.pods import K8sConfigError, TrainingDefaults
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 
@@ -194,7 +194,7 @@ def test_k8s_settings_name_what_is_wrong():
 
 
 def test_on_kubernetes_torchrun_runs_one_process_per_gpu():
-    from ml_assets.k8s.launcher import KubernetesTorchrunLauncher
+    from ml_assets.deploy.k8s.launcher import KubernetesTorchrunLauncher
     from ml_assets.spec import ModelSpec
 
     raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ml_assets.alerts import WEBHOOK_VARIABLE
+from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
 from ml_assets_tests.conftest import VENV_BIN, cli_env, free_port, small_training, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,7 +241,7 @@ def kill_run_workers(svc: Services) -> None:
     import contextlib
     import signal
 
-    from ml_assets.launcher import PID_TAG
+    from ml_assets.records.runs import PID_TAG
 
     with contextlib.suppress(Exception), svc.instance() as instance:
         for run in instance.get_runs():

@@ -5,9 +5,9 @@ nothing lost when the webhook is down."""
 import dagster as dg
 import pytest
 
-from ml_assets import alerts
-from ml_assets.defs.alerts import build_failure_alert_sensor
-from ml_assets.settings import load_settings
+from ml_assets.deploy.alerts.sensor import build_failure_alert_sensor
+from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE, AlertDeliveryError
+from ml_assets.resources.links import DagsterLinksResource
 
 
 @dg.asset(key=["toy", "validated_snapshot"], partitions_def=dg.DailyPartitionsDefinition(start_date="2013-01-01"))
@@ -32,19 +32,19 @@ def fail_runs(instance: dg.DagsterInstance, days: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def sensor(monkeypatch):
-    monkeypatch.setenv("ML_ASSETS_DAGSTER_URL", "http://dagster.internal:3000")
-    return build_failure_alert_sensor(load_settings({"ML_ASSETS_ENV": "local"}))
+def sensor():
+    return build_failure_alert_sensor(interval_seconds=30, webhook=dg.EnvVar(WEBHOOK_VARIABLE))
 
 
 def tick(sensor, instance, cursor):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor)
+    context = dg.build_sensor_context(instance=instance, cursor=cursor,
+                                      resources={"links": DagsterLinksResource(base_url="http://dagster.internal:3000")})
     result = sensor(context)
     return result, context.cursor
 
 
 def test_one_message_per_failed_run_then_one_summary_for_many(sensor, webhook, monkeypatch):
-    monkeypatch.setenv(alerts.WEBHOOK_VARIABLE, webhook.url)
+    monkeypatch.setenv(WEBHOOK_VARIABLE, webhook.url)
     with dg.instance_for_test() as instance:
         old = fail_runs(instance, ["2013-01-01"])  # before the sensor's first tick: history, not alerted
         result, cursor = tick(sensor, instance, None)
@@ -76,12 +76,12 @@ def test_one_message_per_failed_run_then_one_summary_for_many(sensor, webhook, m
 
 
 def test_a_webhook_that_is_down_loses_no_alert(sensor, webhook, monkeypatch):
-    monkeypatch.setenv(alerts.WEBHOOK_VARIABLE, webhook.url)
+    monkeypatch.setenv(WEBHOOK_VARIABLE, webhook.url)
     with dg.instance_for_test() as instance:
         _, cursor = tick(sensor, instance, None)
         (run_id,) = fail_runs(instance, ["2013-03-01"])
         webhook.fail_next = 1
-        with pytest.raises(alerts.AlertDeliveryError, match="webhook at 127.0.0.1 failed"):
+        with pytest.raises(AlertDeliveryError, match="webhook at 127.0.0.1 failed"):
             tick(sensor, instance, cursor)  # the cursor the failed tick saw stays as it was
         assert webhook.received == []
         tick(sensor, instance, cursor)
@@ -89,10 +89,10 @@ def test_a_webhook_that_is_down_loses_no_alert(sensor, webhook, monkeypatch):
 
 
 def test_without_a_webhook_url_the_sensor_says_so(sensor, monkeypatch):
-    monkeypatch.delenv(alerts.WEBHOOK_VARIABLE, raising=False)
+    monkeypatch.delenv(WEBHOOK_VARIABLE, raising=False)
     with dg.instance_for_test() as instance:
         result, _ = tick(sensor, instance, None)
-    assert alerts.WEBHOOK_VARIABLE in result.skip_message
-    monkeypatch.setenv(alerts.WEBHOOK_VARIABLE, "file:///etc/passwd")
+    assert WEBHOOK_VARIABLE in result.skip_message
+    monkeypatch.setenv(WEBHOOK_VARIABLE, "file:///etc/passwd")
     with dg.instance_for_test() as instance, pytest.raises(ValueError, match="must be an http"):
         tick(sensor, instance, None)

@@ -47,7 +47,7 @@ def main_commits(services) -> dict[str, str]:
 
 
 def worker_pid(instance, run_id: str) -> int | None:
-    from ml_assets.launcher import PID_TAG
+    from ml_assets.records.runs import PID_TAG
 
     run = instance.get_run_by_id(run_id)
     return int(run.tags[PID_TAG]) if PID_TAG in run.tags else None
@@ -77,7 +77,7 @@ def test_eight_partition_runs_at_once_through_the_queue(services):
     client = services.graphql()
     days = [(FIRST + dt.timedelta(days=i)).isoformat() for i in range(8)]
     multiprocess = {"execution": {"config": {"multiprocess": {
-        "max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["ml_assets.preload"]}}}}}}
+        "max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["ml_assets.deploy.preload"]}}}}}}
     run_ids = [client.submit_job_execution(f"{MODEL}_ingest", run_config=multiprocess, tags={"dagster/partition": day})
                for day in days]
     final = wait_runs(services, run_ids, timeout=600)
@@ -156,7 +156,7 @@ def test_a_run_worker_rebuilds_the_pooled_storage_from_the_instance_ref(services
     from dagster import AssetKey, AssetMaterialization, DagsterInstance
     from sqlalchemy.pool import QueuePool
 
-    from ml_assets.pg_storage import PooledPostgresStorage
+    from ml_assets.deploy.pg_storage import PooledPostgresStorage
 
     with services.instance() as instance:
         worker = DagsterInstance.from_ref(instance.get_ref())

@@ -12,7 +12,7 @@ import yaml
 
 from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
 from ml_assets.defs.common import GPU_POOL
-from ml_assets.launcher import WORKER_PRELOAD
+from ml_assets.deploy.launcher import WORKER_PRELOAD
 from ml_assets.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_the_multiprocess_executor_when_chosen_forks_steps_from_a_preloaded_serv
     built = built_definitions(ML_ASSETS_EXECUTOR="multiprocess", ML_ASSETS_MAX_CONCURRENT_STEPS="3")
     assert built["executor"] == "multiprocess" and built["executor_config"]["max_concurrent"] == 3
     assert built["executor_config"]["start_method"] == {"forkserver": {"preload_modules": list(STEP_PRELOAD)}}
-    assert STEP_PRELOAD[0] == "ml_assets.preload"
+    assert STEP_PRELOAD[0] == "ml_assets.deploy.preload"
     with pytest.raises(ValueError, match="ML_ASSETS_EXECUTOR='threads' is not one of"):
         load_settings({**PRODUCTION, "ML_ASSETS_EXECUTOR": "threads"})
 
@@ -98,14 +98,14 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     (tmp_path / "dagster.yaml").write_text((REPO / "deploy" / "production" / "dagster.yaml").read_text())
     monkeypatch.setenv("ML_ASSETS_DAGSTER_POSTGRES_URL", "postgresql://user@db.internal/dagster")
     config, _ = dagster_instance_config(str(tmp_path))
-    assert config["run_launcher"] == {"module": "ml_assets.launcher", "class": "LocalProcessRunLauncher",
+    assert config["run_launcher"] == {"module": "ml_assets.deploy.launcher", "class": "LocalProcessRunLauncher",
                                       "config": {"start_method": "forkserver"}}
     assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] > 0
     assert config["run_retries"]["retry_on_asset_or_op_failure"] is False
     limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
     assert limits == [{"key": TRAINING_TEAM_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 2}]
     raw = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
-    assert raw["storage"]["custom"] == {"module": "ml_assets.pg_storage", "class": "PooledPostgresStorage",
+    assert raw["storage"]["custom"] == {"module": "ml_assets.deploy.pg_storage", "class": "PooledPostgresStorage",
                                         "config": {"postgres_url": {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}}}  # no secret
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from ml_assets.defs.raw.assets import build_raw_data
 from ml_assets.defs.snapshots.assets import build_validated_snapshot
-from ml_assets.resources import LocalVersionStoreResource
+from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files
@@ -68,7 +68,7 @@ def harness(tmp_path_factory, bundled_spec_dict):
     days = [DAY - dt.timedelta(days=n) for n in range(28, -1, -1)]
     spec = ModelSpec.model_validate({**bundled_spec_dict, "source": flights_files(root / "data", days)})
     assets = [build_raw_data(spec), build_validated_snapshot(spec)]
-    resources = {"version_store": LocalVersionStoreResource(root=str(root / "versions"))}
+    resources = {"version_store": LocalVersionStoreResource(root=str(root / "versions")), "links": DagsterLinksResource()}
     (root / "dagster").mkdir()
     instance = dg.DagsterInstance.local_temp(tempdir=str(root / "dagster"))
     for day in days[:-1]:

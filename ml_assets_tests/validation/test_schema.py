@@ -122,20 +122,16 @@ def test_unique_keys_check_agrees_with_polars_is_duplicated():
     assert unique_keys(["a"])(PolarsData(frame.head(0).lazy(), "*")).collect().height == 0
 
 
-@pytest.mark.parametrize("numpy_sort", [True, False], ids=["numpy sort", "polars sort"])
-def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec, monkeypatch, numpy_sort):
+def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec):
     """The key hash (the integer key columns folded into one 64-bit word, every other key column
     hashed with its own seed, xor-ed): equal keys, nulls included, always hash equal; values swapped
     between two key columns, or equal in both, do not cancel out; keys that differ in one integer
     column, whatever its width or sign, hash apart; and over the bundled year (336,776 rows, every key
     distinct) no two rows share a hash, so the one-pass verdict never has to fall back to pandera on
-    real data. Both sorts the duplicate test may use (numpy's where it is the faster here) agree."""
+    real data."""
     from ml_assets.sources import _bundled_table
-    from ml_assets.validation import schema
-    from ml_assets.validation.schema import _key_hashes, _shared_hashes, _shares_a_hash
+    from ml_assets.validation.keys import _key_hashes, _shared_hashes, _shares_a_hash
 
-    monkeypatch.setattr(schema, "CHOOSE_SORT_FROM", 0)  # the year is smaller than where the choice starts
-    monkeypatch.setattr(schema, "_numpy_sorts_faster", lambda: numpy_sort)
     frame = pl.DataFrame({"a": [1, 2, 1, None, None, 7, 7], "b": ["2", "1", "2", "x", "x", "7", "8"]})
     hashes = _key_hashes(frame.lazy(), ["a", "b"]).to_list()
     assert hashes[0] == hashes[2] and hashes[3] == hashes[4]  # duplicates, a null key included
@@ -198,7 +194,7 @@ def test_the_one_pass_column_expressions_are_panderas_own():
     from pandera.api.polars.types import PolarsData
     from pandera.constants import CHECK_OUTPUT_KEY
 
-    from ml_assets.validation.schema import _builtin_expression
+    from ml_assets.validation.verdict import _builtin_expression
 
     frame = pl.DataFrame({
         "i": pl.Series([0, 1, 5, 6, None, -3], dtype=pl.Int64),

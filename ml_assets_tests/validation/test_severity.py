@@ -16,7 +16,7 @@ import yaml
 from ml_assets.defs.common import asset_key
 from ml_assets.defs.raw.assets import build_raw_data
 from ml_assets.defs.snapshots.assets import build_validated_snapshot
-from ml_assets.resources import LocalVersionStoreResource
+from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec, SpecError, parse_spec
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files
@@ -50,7 +50,8 @@ def test_a_warning_is_reported_and_main_still_advances(tmp_path, bundled_spec_di
     (tmp_path / "dagster").mkdir()
     instance = dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster"))
     result = dg.materialize([build_raw_data(spec), snapshot], partition_key=DAY.isoformat(), instance=instance,
-                            resources={"version_store": LocalVersionStoreResource(root=str(tmp_path / "versions"))})
+                            resources={"version_store": LocalVersionStoreResource(root=str(tmp_path / "versions")),
+                                       "links": DagsterLinksResource()})
 
     assert result.success
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}

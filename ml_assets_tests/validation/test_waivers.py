@@ -12,7 +12,7 @@ import pytest
 
 from ml_assets.defs.raw.assets import build_raw_data
 from ml_assets.defs.snapshots.assets import build_validated_snapshot
-from ml_assets.resources import LocalVersionStoreResource
+from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files
@@ -40,7 +40,8 @@ def test_a_waived_check_passes_with_warn_severity_and_the_reason_reaches_main(tm
     source = flights_files(tmp_path / "data", days)
     spec = _spec(bundled_spec_dict, source, [{"day": DAY.isoformat(), "checks": ["drift"], "reason": REASON}])
     assets = [build_raw_data(spec), build_validated_snapshot(spec)]
-    resources = {"version_store": LocalVersionStoreResource(root=str(tmp_path / "versions"))}
+    resources = {"version_store": LocalVersionStoreResource(root=str(tmp_path / "versions")),
+                 "links": DagsterLinksResource()}
     (tmp_path / "dagster").mkdir()
     instance = dg.DagsterInstance.local_temp(tempdir=str(tmp_path / "dagster"))
     for day in days[:-1]:

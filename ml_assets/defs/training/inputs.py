@@ -7,19 +7,19 @@ checks, or published but never featurized. The window module decides what a miss
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import dagster as dg
 
-from ml_assets.defs.common import asset_key, latest_record
+from ml_assets.defs.common import asset_key
 from ml_assets.defs.training.window import Window, WindowError, without_missing
+from ml_assets.records import FeaturesRecord, latest
+from ml_assets.records.read import latest_event
 from ml_assets.spec import ModelSpec
-from ml_assets.trainer.config import DataRef
 
 
 def why_missing(instance: dg.DagsterInstance, spec: ModelSpec, day: dt.date) -> str:
     def has(stage: str) -> bool:
-        return latest_record(instance, asset_key(spec, stage), day.isoformat()) is not None
+        return latest_event(instance, asset_key(spec, stage), day.isoformat()) is not None
 
     if not has("raw_data"):
         return "never ingested"
@@ -29,19 +29,15 @@ def why_missing(instance: dg.DagsterInstance, spec: ModelSpec, day: dt.date) -> 
 
 
 def feature_window(context: dg.AssetExecutionContext, spec: ModelSpec, window: Window, part: str
-                   ) -> tuple[Window, dict[dt.date, dict[str, Any]]]:
+                   ) -> tuple[Window, dict[str, FeaturesRecord]]:
     """``window`` less the days of ``part`` ("fit" or "test") that have no features (as the spec
-    allows), and the features record of every day kept. Raises dg.Failure naming the days."""
+    allows), and the features record of every day kept, by ISO day. Raises dg.Failure naming the days."""
     days = window.fit_days if part == "fit" else window.test_days
     key = asset_key(spec, "features")
-    found = {d: latest_record(context.instance, key, d.isoformat()) for d in days}
+    found = {d: latest(context.instance, key, d.isoformat(), FeaturesRecord) for d in days}
     try:
         window = without_missing(spec, window, part, lambda d: found[d] is not None,
                                  lambda d: why_missing(context.instance, spec, d))
     except WindowError as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from None
-    return window, {d: record for d, record in found.items() if record is not None}
-
-
-def feature_ref(day: dt.date, record: dict[str, Any]) -> DataRef:
-    return DataRef(uri=str(record["uri"]), sha256=record["sha256"], day=day.isoformat(), commit=record["data_commit"])
+    return window, {d.isoformat(): record for d, record in found.items() if record is not None}

@@ -1,0 +1,48 @@
+"""One model's definitions: its stage assets in order, its jobs, schedules and sensors."""
+
+import dagster as dg
+
+from ml_assets.defs.automation.schedules import (
+    build_daily_job,
+    build_daily_schedule,
+    build_ingest_job,
+)
+from ml_assets.defs.features.assets import build_features_asset
+from ml_assets.defs.raw.assets import build_raw_data
+from ml_assets.defs.snapshots.assets import build_validated_snapshot
+from ml_assets.defs.training.assets import build_trained_checkpoint
+from ml_assets.defs.tuning.assets import (
+    build_hyperparameters,
+    build_tuning_job,
+    build_tuning_schedule,
+)
+from ml_assets.evaluation.assets import build_evaluation_report
+from ml_assets.promotion.assets import (
+    build_production_model,
+    build_promotion_job,
+    build_promotion_sensor,
+)
+from ml_assets.registry.assets import build_registered_model
+from ml_assets.spec import ModelSpec
+
+BUILDERS = (
+    build_raw_data,
+    build_validated_snapshot,
+    build_features_asset,
+    build_trained_checkpoint,
+    build_evaluation_report,
+    build_registered_model,
+)
+
+
+def build_model_defs(spec: ModelSpec) -> dg.Definitions:
+    assets = [build(spec) for build in BUILDERS]
+    job = build_daily_job(spec, assets)
+    ingest = build_ingest_job(spec, assets[:3])
+    production = build_production_model(spec)
+    promote = build_promotion_job(spec, production)
+    tuning = build_hyperparameters(spec)
+    tune = build_tuning_job(spec, tuning)
+    return dg.Definitions(assets=[*assets, production, tuning], jobs=[job, ingest, promote, tune],
+                          schedules=[build_daily_schedule(job), build_tuning_schedule(tune)],
+                          sensors=[build_promotion_sensor(spec, promote)])

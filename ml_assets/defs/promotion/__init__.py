@@ -1,1 +1,0 @@
-"""production_model: the champion alias, moved by the promotion job (sensor or CLI), audited."""

@@ -1,0 +1,42 @@
+"""The training window made ready for the trainer, shared by training and tuning: the feature
+records become pinned file references, the feature state is fitted on the training days alone
+(validation and test rows never shape the transform) and stored content-addressed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ml_assets.records import FeaturesRecord
+from ml_assets.resources import ArtifactStoreResource
+from ml_assets.resources.artifacts import ArtifactRef
+from ml_assets.spec import ModelSpec
+from ml_assets.trainer.config import DataRef
+
+
+@dataclass(frozen=True)
+class Prepared:
+    train: list[DataRef]
+    val: list[DataRef]
+    state: ArtifactRef
+
+
+def prepare(spec: ModelSpec, records: Mapping[str, FeaturesRecord], train_days: list[str], val_days: list[str],
+            artifacts: ArtifactStoreResource, state_prefix: str, check_validation: bool = True) -> Prepared:
+    """``records``: the features record of each day, by ISO day. Raises ValueError (a feature file
+    that no longer matches its sha256, too few validation rows) naming what is wrong."""
+    import datetime as dt
+
+    from ml_assets.defs.training.window import check_rows
+    from ml_assets.features import state as feature_state
+    from ml_assets.trainer.data import read_frame  # torch: imported when training runs
+
+    train = [records[d].ref(d) for d in train_days]
+    val = [records[d].ref(d) for d in val_days]
+    training = spec.training
+    if check_validation:
+        check_rows(spec, read_frame(val), "validation days", tuple(dt.date.fromisoformat(d) for d in val_days),
+                   "training.min_validation_rows", training.min_validation_rows, "training.validation_days",
+                   training.validation_days)
+    state = feature_state.fit_state(read_frame(train), spec.features, spec.target.name, spec.target.task)
+    return Prepared(train, val, artifacts.put(state_prefix, feature_state.state_bytes(state), ".json"))

@@ -1,0 +1,108 @@
+"""The files that declare models: a plain ``<name>.yaml`` spec or a Dagster component ``<name>/defs.yaml``.
+
+A models directory (``ML_ASSETS_MODELS_DIR``, default the bundled ``ml_assets/models``) may hold
+both. The component form names the component type and nests the very same fields under
+``attributes``; the same ``ModelSpec`` validates both forms, so a broken spec reads the same either
+way (docs/components.md). No dagster import here: the spec loader and the CLI read these files too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from ml_assets.spec import ModelSpec, SpecError, load_spec, load_specs, parse_spec
+
+COMPONENT_TYPE = "ml_assets.components.ModelComponent"
+COMPONENT_FILES = ("defs.yaml", "defs.yml")
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+class _ComponentFilePath(type(Path())):  # type: ignore[misc]
+    """A component file's path: messages name the file; the spec's name must match its folder."""
+
+    @property
+    def stem(self) -> str:
+        return self.parent.name
+
+
+def spec_files(models_dir: Path) -> list[Path]:
+    """The plain ``<name>.yaml`` specs directly in ``models_dir``."""
+    return sorted(p for suffix in SPEC_SUFFIXES for p in models_dir.glob(f"*{suffix}"))
+
+
+def component_files(models_dir: Path) -> list[Path]:
+    """The ``defs.yaml`` of each model folder under ``models_dir`` (folders may group them, as dg allows)."""
+    found = [path for name in COMPONENT_FILES for path in models_dir.glob(f"*/**/{name}")]
+    # dg skips hidden folders and __pycache__ when it walks a defs folder; so does this.
+    return sorted(p for p in found
+                  if not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(models_dir).parts))
+
+
+def spec_from_attributes(attributes: object, path: Path) -> ModelSpec:
+    """A component's attributes validated as a spec; the messages name ``path`` as for a plain spec file."""
+    if not isinstance(attributes, Mapping):
+        raise SpecError(f"{path}: attributes: expected a mapping of spec fields, got {type(attributes).__name__}")
+    name = attributes.get("name")
+    if isinstance(name, str) and name != path.parent.name:
+        raise SpecError(f"{path}: name: {name!r} must match the folder name {path.parent.name!r}")
+    # parse_spec gives today's messages; the dump keeps every value (dates included) as written.
+    return parse_spec(yaml.safe_dump(dict(attributes), sort_keys=False), _ComponentFilePath(path))
+
+
+def _component_document(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: (top level): expected `type` and `attributes`, got {type(data).__name__}")
+    return data
+
+
+def load_component_spec(path: Path) -> ModelSpec:
+    """The spec declared by a model's component file (``type: ml_assets.components.ModelComponent``)."""
+    data = _component_document(path)
+    if data.get("type") != COMPONENT_TYPE:
+        raise SpecError(f"{path}: type: expected {COMPONENT_TYPE}, got {data.get('type')!r}")
+    # post_processing, requirements, template_vars_module: dg's, which the code location does not apply.
+    extra = sorted(set(data) - {"type", "attributes"})
+    if extra:
+        raise SpecError(f"{path}: {extra[0]}: a model's component file holds only type and attributes")
+    return spec_from_attributes(data.get("attributes"), path)
+
+
+def _declared_names(models_dir: Path, components: list[Path]) -> None:
+    seen: dict[str, Path] = {}
+    for path, name in [*((p, p.stem) for p in spec_files(models_dir)), *((p, p.parent.name) for p in components)]:
+        if name in seen:
+            raise SpecError(f"{path}: name: model {name!r} is also declared by {seen[name]}; keep one of them")
+        seen[name] = path
+
+
+def load_model_specs(models_dir: Path) -> list[ModelSpec]:
+    """Every model in ``models_dir``, in either form, by name; a name declared twice is refused."""
+    components = component_files(models_dir) if models_dir.is_dir() else []
+    _declared_names(models_dir, components)
+    # load_specs says what is wrong with a missing or empty directory.
+    plain = load_specs(models_dir) if spec_files(models_dir) or not components else []
+    return sorted([*plain, *(load_component_spec(p) for p in components)], key=lambda spec: spec.name)
+
+
+def model_spec_file(models_dir: Path, name: str) -> Path:
+    """Where model ``name`` is declared (``<name>.yaml`` when it is nowhere, for the message)."""
+    plain = [models_dir / f"{name}{suffix}" for suffix in SPEC_SUFFIXES]
+    components = [p for p in component_files(models_dir) if p.parent.name == name] if models_dir.is_dir() else []
+    return next((p for p in [*plain, *components] if p.is_file()), plain[0])
+
+
+def load_model_spec(models_dir: Path, name: str) -> ModelSpec:
+    """Model ``name``'s spec, in whichever form it is declared."""
+    path = model_spec_file(models_dir, name)
+    return load_component_spec(path) if path.name in COMPONENT_FILES else load_spec(path)

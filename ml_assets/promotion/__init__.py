@@ -1,0 +1,33 @@
+"""Promotion and rollback: moving ``@champion``, with one audit record kept in three places.
+
+A record (model, action, version, previous champion, evidence, policy, decision, reason, time,
+actor) is written to the production_model materialization's metadata, to the promoted version's
+MLflow tags and, appended to ``promotions/<model>.jsonl``, to main of the model's version-store
+repository (through a branch and a merge, like every other write to main).
+
+Crash safety. The record is first stored as a ``promotion.pending`` tag of the registered model;
+then the alias moves, the log is appended (skipped if the record's id is already there), the
+version is tagged, and the pending tag is removed. A run that dies anywhere in between leaves the
+pending tag, and the next promotion run (a re-tick, a retry, any CLI call) finishes that record
+before doing anything else: one alias, one record, whatever the crash point.
+
+``moves`` does the work; ``assets`` holds the production_model asset, its job and its sensor.
+"""
+
+from ml_assets import registry
+from ml_assets.promotion.moves import (
+    ACTIONS,
+    PENDING_TAG,
+    PromotionRefused,
+    Request,
+    append_log,
+    candidate,
+    execute,
+    history,
+    log_path,
+    pending,
+    plan,
+)
+
+__all__ = ["ACTIONS", "PENDING_TAG", "PromotionRefused", "Request", "append_log", "candidate", "execute", "history",
+           "log_path", "pending", "plan", "registry"]

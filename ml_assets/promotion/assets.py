@@ -1,0 +1,135 @@
+import dagster as dg
+
+from ml_assets.defs.common import asset_key
+from ml_assets.records import PromotionRecord, VersionTags
+from ml_assets.resources import MlflowTrackingResource, VersionStoreResource
+from ml_assets.spec import ModelSpec
+
+
+class PromotionConfig(dg.Config):
+    """What the promotion job is asked to do; the sensor and the CLI fill it in."""
+
+    action: str = "promote"
+    version: str = ""
+    reason: str = ""
+    actor: str = ""
+
+
+def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=asset_key(spec, "production_model"),
+        deps=[asset_key(spec, "registered_model")],
+        # Its own group: not partitioned and materialized only with a promotion's config, so
+        # "materialize the model's group for a day" never tries to promote.
+        group_name=f"{spec.name}_production",
+        kinds={"mlflow"},
+        tags={"ml_assets/stage": "promotion"},
+        description=(f"The {spec.name} version that serves (MLflow alias 'champion'). Each materialization is one "
+                     f"audited promotion or rollback; mode {spec.promotion.mode}."),
+    )
+    def production_model(
+        context: dg.AssetExecutionContext, config: PromotionConfig,
+        tracking: MlflowTrackingResource, version_store: VersionStoreResource,
+    ) -> dg.MaterializeResult:
+        from ml_assets import promotion
+
+        actor = config.actor or f"dagster run {context.run_id}"
+        try:
+            req = promotion.Request(spec.name, config.action, config.version or None, config.reason, actor,
+                                    context.run_id)
+            record, outcome = promotion.execute(tracking.client(), version_store.get_store(), spec, req)
+        except (promotion.PromotionRefused, promotion.registry.RegistryError, ValueError) as exc:
+            raise dg.Failure(description=f"model {spec.name}: {config.action} refused: {exc}",
+                             allow_retries=False) from None
+        result = promotion_record(spec, record, outcome, config.action, actor, tracking)
+        context.log.info(f"production_model: {spec.name} @champion = version {result.champion_version} ({outcome}); "
+                         f"previous {result.previous_version}; {result.reason}")
+        return dg.MaterializeResult(metadata=result.to_metadata())
+
+    return production_model
+
+
+def promotion_record(spec: ModelSpec, record: dict, outcome: str, action: str, actor: str,
+                     tracking: MlflowTrackingResource) -> PromotionRecord:
+    """The production_model record of a promotion's audit record (or of a request already in effect)."""
+    from ml_assets import promotion
+
+    version, decision = record["version"], record.get("decision", "unchanged")
+    lines = [f"**{decision}**: {spec.name} version {version} is @champion "
+             f"(previous: {record.get('previous') or 'none'})", "",
+             f"- reason: {record.get('reason', '')}", f"- actor: {record.get('actor', '')}",
+             f"- time: {record.get('time', '')}",
+             f"- evidence: {record.get('evidence', {}).get('gate_reason', '')}"]
+    return PromotionRecord(
+        model_name=spec.name, champion_version=version, previous_version=record.get("previous") or None,
+        outcome=outcome, action=record.get("action", action), decision=decision,
+        reason=record.get("reason", ""), actor=record.get("actor", actor), time=record.get("time", ""),
+        promotion_id=record.get("id", ""), evidence=record.get("evidence", {}),
+        policy=record.get("policy", spec.promotion.model_dump(mode="json")),
+        promotions_log=f"{spec.repository}@main:{promotion.log_path(spec.name)}",
+        mlflow_model_url=tracking.model_url(spec.name, version), record=record, summary="\n".join(lines))
+
+
+def build_promotion_job(spec: ModelSpec, production_model: dg.AssetsDefinition) -> dg.JobDefinition:
+    return dg.define_asset_job(
+        name=f"{spec.name}_promote",
+        selection=dg.AssetSelection.assets(production_model),
+        description=f"Move {spec.name}'s @champion (promote or roll back) and record why.",
+        tags={"ml_assets/model": spec.name, "team": spec.owner},
+    )
+
+
+def promotion_run_config(spec: ModelSpec, action: str, version: str, reason: str, actor: str) -> dict:
+    return {"ops": {asset_key(spec, "production_model").to_python_identifier(): {"config": {
+        "action": action, "version": version, "reason": reason, "actor": actor}}}}
+
+
+def build_promotion_sensor(spec: ModelSpec, job: dg.JobDefinition) -> dg.SensorDefinition:
+    automatic = spec.promotion.mode == "automatic"
+
+    @dg.sensor(
+        name=f"{spec.name}_promotion_sensor", job=job, minimum_interval_seconds=60,
+        # On with automatic promotion: the spec's mode is the decision. Approval mode promotes by CLI.
+        default_status=dg.DefaultSensorStatus.RUNNING if automatic else dg.DefaultSensorStatus.STOPPED,
+        description=(f"Promotes the newest registered {spec.name} version whose gate passed against the current "
+                     "champion (automatic mode)."),
+    )
+    def promotion_sensor(context: dg.SensorEvaluationContext, tracking: MlflowTrackingResource):
+        from ml_assets import promotion, registry
+
+        if not automatic:
+            return dg.SkipReason(f"{spec.name} promotion mode is approval_required: "
+                                 f"ml-assets promote {spec.name} VERSION --reason TEXT")
+        client = tracking.client()
+        try:
+            client.get_registered_model(spec.name)
+        except Exception:  # noqa: BLE001 - MlflowException: nothing registered yet
+            return dg.SkipReason(f"{spec.name} is not registered yet")
+        left = promotion.pending(client, spec.name)
+        if left is not None:  # a promotion run died half-way: run it again to finish it
+            version, why = left["version"], f"finishing promotion {left['id']} left pending"
+            run_key = f"finish-{left['id']}"
+            action, reason = left["action"], left["reason"]
+        else:
+            mv, why = promotion.candidate(client, spec)
+            if mv is None:
+                return dg.SkipReason(why)
+            champion = registry.by_alias(client, spec.name, registry.CHAMPION)
+            version, action = str(mv.version), "promote"
+            # One run per (candidate, champion) pair: re-ticks launch nothing new.
+            run_key = f"promote-v{version}-over-{champion.version if champion else 'none'}"
+            gate = VersionTags.from_tags(mv.tags).gate
+            reason = f"automatic: {gate.gate_reason if gate else 'gate passed'}"
+        context.log.info(why)
+        return dg.RunRequest(
+            run_key=run_key,
+            run_config=promotion_run_config(spec, action, version, reason, f"sensor {spec.name}_promotion_sensor"),
+            tags={"ml_assets/model": spec.name, "ml_assets/promotion": action,
+                  "ml_assets/version": version},
+        )
+
+    return promotion_sensor
+
+
+__all__ = ["PromotionConfig", "build_production_model", "promotion_record", "build_promotion_job", "build_promotion_sensor",
+           "promotion_run_config"]

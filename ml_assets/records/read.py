@@ -1,0 +1,41 @@
+"""Reading a stage's record from the Dagster instance: the one typed way upstream."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import dagster as dg
+
+from ml_assets.records.base import Record
+
+R = TypeVar("R", bound=Record)
+
+
+def latest_event(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None
+                 ) -> dg.EventLogRecord | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    return records[0]
+
+
+def latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None, record: type[R]) -> R | None:
+    """The record of the latest materialization of ``key`` (for ``partition`` when partitioned), or None."""
+    event = latest_event(instance, key, partition)
+    if event is None:
+        return None
+    return record.from_metadata(event.asset_materialization.metadata)
+
+
+def upstream(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str, record: type[R]) -> R:
+    """The record of the latest materialization of ``key`` for ``partition``; a Failure saying how to
+    make it when there is none. Downstream stages read their inputs by the ids recorded there
+    (commit ids, URIs + sha256), never by "the latest file in a folder"."""
+    found = latest(context.instance, key, partition, record)
+    if found is None:
+        name = key.to_user_string()
+        raise dg.Failure(description=(
+            f"{name} has no materialization for partition {partition}. Materialize it first: "
+            f"dagster asset materialize -m ml_assets --select '{name}' --partition {partition}"))
+    return found

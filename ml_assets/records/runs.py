@@ -1,0 +1,31 @@
+"""What the production run launcher records on a Dagster run about the worker process it started."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Self
+
+PID_TAG = "ml_assets/run_worker_pid"
+HOST_TAG = "ml_assets/run_worker_host"
+STARTED_TAG = "ml_assets/run_worker_started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunWorker:
+    """The run worker's process: its pid, host and start time (clock ticks since boot, so a reused
+    pid is not mistaken for it)."""
+
+    pid: int
+    host: str
+    started: str
+
+    def to_tags(self) -> dict[str, str]:
+        return {PID_TAG: str(self.pid), HOST_TAG: self.host, STARTED_TAG: self.started}
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> Self | None:
+        """None when the launcher recorded no worker on this run."""
+        if PID_TAG not in tags:
+            return None
+        return cls(pid=int(tags[PID_TAG]), host=tags.get(HOST_TAG, ""), started=tags.get(STARTED_TAG, ""))

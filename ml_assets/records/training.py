@@ -1,0 +1,104 @@
+"""What training and tuning tell the next stages: the trained checkpoint and the tuned parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from ml_assets.records.base import Record, decode, field, unwrap
+from ml_assets.trainer.config import DataRef
+from ml_assets.trainer.result import TrainingResult
+
+_RESULT_KINDS = {**{n: "path" for n in TrainingResult.PATHS}, **{n: "json" for n in TrainingResult.JSON}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRecord(Record):
+    """trained_checkpoint: what the trainer reported (``result``) and the window it was given.
+
+    In metadata the two are one flat mapping: the trainer's fields, then the window's."""
+
+    result: TrainingResult
+    repository: str
+    train_days: list[str] = field("json")
+    val_days: list[str] = field("json")
+    skipped_days: dict[str, str] = field("json")
+    data_commits: dict[str, str] = field("json")
+    """Each window day's main commit."""
+    feature_files: tuple[DataRef, ...] = field("json", of=DataRef)
+    feature_state_uri: str = field("path")
+    features: list[str] = field("json")
+    training_config: dict[str, Any] = field("json")
+    hyperparameters: dict[str, Any] = field("json")
+    """Where the hyperparameters came from: {"source": ...}, and a study's best parameters."""
+    progress: list[dict[str, Any]] = field("json")
+
+    def to_metadata(self) -> dict[str, Any]:
+        import dagster as dg
+
+        convert = {"json": dg.MetadataValue.json, "path": dg.MetadataValue.path}
+        trained = {f.name: getattr(self.result, f.name) for f in dataclasses.fields(TrainingResult)}
+        trained = {k: convert[_RESULT_KINDS[k]](v) if k in _RESULT_KINDS else v for k, v in trained.items()}
+        window = super().to_metadata()
+        del window["result"]
+        return {**trained, **window}
+
+    @classmethod
+    def from_metadata(cls, values: Mapping[str, Any]) -> Self:
+        names = {f.name for f in dataclasses.fields(TrainingResult)}
+        result = TrainingResult(**{k: unwrap(v) for k, v in values.items() if k in names})
+        window = {f.name: decode(f, unwrap(values[f.name])) for f in dataclasses.fields(cls)
+                  if f.name != "result" and f.name in values}
+        return cls(result=result, **window)
+
+    @property
+    def data_commit(self) -> str:
+        """The main commit of the newest training day (it holds every earlier day too)."""
+        return self.data_commits[max(self.data_commits)]
+
+    @property
+    def weights(self) -> DataRef:
+        return DataRef(uri=str(self.result.checkpoint_uri), sha256=self.result.checkpoint_sha256)
+
+    @property
+    def meta(self) -> DataRef:
+        return DataRef(uri=str(self.result.meta_uri), sha256=self.result.meta_sha256)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunedRecord(Record):
+    """hyperparameters: an Optuna study's outcome; its best parameters become training's defaults."""
+
+    study_name: str
+    storage: str
+    best_value: float
+    best_trial: int
+    best_params: dict[str, Any] = field("json")
+    trials_completed: int
+    trials_pruned: int
+    trials_failed: int
+    trials_retried: int
+    epochs_spent: int
+    window: dict[str, list[str]] = field("json")
+    """{"train": [...days], "validation": [...days]}"""
+    param_importances: dict[str, float] = field("json")
+    trials: list[dict[str, Any]] = field("json")
+    mlflow_run_url: str = field("url")
+    plots: dict[str, str] = field("json", default_factory=dict)
+    """Plot file name -> its MLflow artifact URL (each also shown as ``plot_<name>``)."""
+    summary: str = field("md", default="")
+
+    def to_metadata(self) -> dict[str, Any]:
+        import dagster as dg
+
+        shown = {f"plot_{Path(n).stem}": dg.MetadataValue.url(url) for n, url in self.plots.items()}
+        return {**super().to_metadata(), **shown}
+
+    @property
+    def last_day(self) -> str:
+        """The newest day the study saw (its validation days are its last)."""
+        days = self.window.get("validation") or [""]
+        return max([days] if isinstance(days, str) else days)

@@ -1,0 +1,41 @@
+"""The registered_model asset: an MLflow model version of the partition's checkpoint."""
+
+import dagster as dg
+
+from ml_assets.defs.common import asset_key, code_version, daily_partitions, step
+from ml_assets.records import CheckpointRecord, EvaluationRecord, upstream
+from ml_assets.registry.versions import CHALLENGER
+from ml_assets.resources import DagsterLinksResource, MlflowTrackingResource
+from ml_assets.spec import ModelSpec
+
+__all__ = ["build_registered_model"]
+
+
+def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
+    ckpt_key, report_key = asset_key(spec, "trained_checkpoint"), asset_key(spec, "evaluation_report")
+
+    @dg.asset(
+        key=asset_key(spec, "registered_model"),
+        deps=[ckpt_key, report_key],
+        group_name=spec.name,
+        partitions_def=daily_partitions(spec),
+        kinds={"mlflow"},
+        code_version=code_version(spec, ("name", "training", "evaluation")),
+        description=(f"An MLflow model version of {spec.name} (alias '{CHALLENGER}'), tagged with the data commit, "
+                     "Dagster run and code version it came from; one version per trained checkpoint."),
+    )
+    def registered_model(context: dg.AssetExecutionContext, tracking: MlflowTrackingResource,
+                         links: DagsterLinksResource) -> dg.MaterializeResult:
+        from ml_assets.registry.register import register
+
+        run = step(context, spec, links)
+        ckpt = upstream(context, ckpt_key, run.partition, CheckpointRecord)
+        evaluation = upstream(context, report_key, run.partition, EvaluationRecord)
+        if not evaluation.gate_passed:
+            # The blocking gate stops this asset in the run that evaluated; this covers a later run
+            # that selects registered_model alone.
+            raise run.failure(f"the evaluation's promotion gate failed ({evaluation.gate_reason}); not registering")
+        record = register(run, ckpt, evaluation, tracking, context.log.info)
+        return dg.MaterializeResult(metadata=record.to_metadata())
+
+    return registered_model

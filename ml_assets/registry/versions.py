@@ -1,0 +1,130 @@
+"""Model versions in the MLflow registry: runs found by key, versions by checkpoint, aliases, and
+a version's files downloaded and verified against its tags."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ml_assets.layout import META_FILE, MLFLOW_MODEL, WEIGHTS_FILE
+from ml_assets.names import check_model_name
+from ml_assets.records import VersionTags
+
+if TYPE_CHECKING:
+    from mlflow.entities.model_registry import ModelVersion
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets.trainer.checkpoint import LoadedCheckpoint
+
+CHALLENGER = "challenger"
+CHAMPION = "champion"
+
+
+class RegistryError(Exception):
+    """A model, version or alias that does not exist, or model files that do not match their record."""
+
+
+def keyed_run(client: MlflowClient, experiment_id: str, key: str, value: str, run_name: str,
+              tags: dict[str, str]) -> str:
+    """The MLflow run tagged ``key=value``: found, or created once (re-runs and retries reuse it)."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.{key} = '{value}'",
+                               max_results=1, order_by=["attributes.start_time ASC"])
+    if found:
+        return found[0].info.run_id
+    run = client.create_run(experiment_id, run_name=run_name, tags={
+        **tags, key: value, "mlflow.source.name": "ml_assets"})
+    return run.info.run_id
+
+
+def training_run(client: MlflowClient, experiment_id: str, run_name: str, checkpoint_sha: str,
+                 tags: dict[str, str]) -> str:
+    """The MLflow run of the training that produced ``checkpoint_sha``."""
+    return keyed_run(client, experiment_id, "checkpoint_sha256", checkpoint_sha, run_name, tags)
+
+
+def ensure_registered_model(client: MlflowClient, name: str, description: str, owner: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    if client.search_registered_models(filter_string=f"name='{name}'"):
+        return
+    try:
+        client.create_registered_model(name, description=description, tags={"owner": owner})
+    except MlflowException:  # created by a concurrent run in between
+        if not client.search_registered_models(filter_string=f"name='{name}'"):
+            raise
+
+
+def version_of_checkpoint(client: MlflowClient, name: str, checkpoint_sha: str) -> ModelVersion | None:
+    found = client.search_model_versions(f"name='{name}' and tags.checkpoint_sha256='{checkpoint_sha}'")
+    return min(found, key=lambda v: int(v.version)) if found else None
+
+
+def by_alias(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def get_version(client: MlflowClient, name: str, version: str) -> ModelVersion:
+    """A version by number, or RegistryError naming what is wrong (model name, number, existence)."""
+    from mlflow.exceptions import MlflowException
+
+    check_model_name(name)
+    if not str(version).isdigit() or int(version) < 1:
+        raise RegistryError(f"version {version!r} is not a version number (1, 2, ...)")
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        raise RegistryError(f"model {name!r} is not registered") from None
+    try:
+        return client.get_model_version(name, str(int(version)))
+    except MlflowException:
+        raise RegistryError(f"model {name!r} has no version {version}") from None
+
+
+def move_challenger(client: MlflowClient, name: str, version: str, partition: str) -> bool:
+    """Point @challenger at this version unless it already names a newer partition's model.
+
+    Re-running an old partition must not push a newer challenger aside.
+    """
+    current = by_alias(client, name, CHALLENGER)
+    newer = current is not None and VersionTags.from_tags(current.tags).partition > partition
+    if newer and str(current.version) != str(version):
+        return False
+    client.set_registered_model_alias(name, CHALLENGER, str(version))
+    return True
+
+
+def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:
+    """The version's pyfunc directory, its weights checked against the version's sha256 tag."""
+    from ml_assets.serving.pyfunc import model_files
+
+    local = Path(client.download_artifacts(mv.run_id, MLFLOW_MODEL, str(dest)))
+    weights = model_files(local)[WEIGHTS_FILE]
+    expected = VersionTags.from_tags(mv.tags).checkpoint_sha256
+    if not weights.exists():
+        raise RegistryError(f"{mv.name} version {mv.version}: {mv.source} has no artifacts/model.safetensors")
+    actual = hashlib.sha256(weights.read_bytes()).hexdigest()
+    if actual != expected:
+        raise RegistryError(f"{mv.name} version {mv.version}: weights sha256 {actual} differ from the "
+                            f"registered {expected}")
+    return local
+
+
+def load_version(client: MlflowClient, mv: ModelVersion) -> LoadedCheckpoint:
+    """A registered version as the evaluation loads a fresh checkpoint (verified, pickle-free)."""
+    from ml_assets.serving.pyfunc import model_files
+    from ml_assets.trainer.checkpoint import load_checkpoint
+    from ml_assets.trainer.config import DataRef
+
+    with tempfile.TemporaryDirectory(prefix="ml_assets-version-") as tmp:
+        files = model_files(download_model(client, mv, Path(tmp)))
+        meta = files[META_FILE]
+        return load_checkpoint(DataRef(uri=str(files[WEIGHTS_FILE]), sha256=VersionTags.from_tags(mv.tags).checkpoint_sha256),
+                               DataRef(uri=str(meta), sha256=hashlib.sha256(meta.read_bytes()).hexdigest()))
+

@@ -1,0 +1,27 @@
+"""What the spec's sections share: strict, frozen models and the checks several of them make."""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PositiveInt = Annotated[int, Field(gt=0)]
+# A function the spec names for the platform to import: a custom check or a custom transform.
+CUSTOM_CHECK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class StrictModel(BaseModel):
+    """A spec section: unknown keys are errors (a typo is not silently ignored), values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def check_zone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}") from None
+    return value

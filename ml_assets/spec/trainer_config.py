@@ -1,0 +1,68 @@
+"""The trainer's config (``TrainConfig``) from a spec: each of its fields has one declared source.
+
+A TrainConfig field is either the training setting of the same name, a nested training setting
+named in ``NESTED``, or one of ``FROM_ELSEWHERE``; a training setting either reaches the trainer
+or is one of ``NOT_FOR_TRAINER``. ml_assets_tests/test_spec_trainer_config.py holds both sides to it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import fields
+
+from ml_assets.spec.model import ModelSpec
+from ml_assets.spec.training import TrainingSpec
+from ml_assets.trainer.config import DataRef, TrainConfig
+from ml_assets.tuning.space import config_overrides
+
+# TrainConfig fields that do not come from the training section: the spec's name and target, this
+# run's files and owner (train_config's arguments), and what a caller sets itself or leaves to the
+# trainer's default (checkpoint_dir is keyed by the config's fingerprint, epoch_log is a trial's).
+FROM_ELSEWHERE = frozenset({
+    "model", "task", "classes",
+    "train_files", "val_files", "feature_state", "output_dir", "owner",
+    "checkpoint_dir", "max_steps", "threads", "epoch_log",
+})
+# TrainConfig field -> its training setting in a subsection (``training.<path>``).
+NESTED = {
+    "early_stopping_patience": "early_stopping.patience",
+    "early_stopping_min_delta": "early_stopping.min_delta",
+    "checkpoint_every_steps": "checkpoint.every_steps",
+    "checkpoint_every_seconds": "checkpoint.every_seconds",
+    "keep_last": "checkpoint.keep_last",
+    "checkpoint_async": "checkpoint.async_mode",
+    "preemption_grace_seconds": "checkpoint.preemption_grace_seconds",
+    "orphan_grace_seconds": "checkpoint.orphan_grace_seconds",
+    "lease_ttl_seconds": "checkpoint.lease_ttl_seconds",
+    "lease_wait_seconds": "checkpoint.lease_wait_seconds",
+    "num_workers": "loader.num_workers",
+    "pin_memory": "loader.pin_memory",
+    "prefetch_factor": "loader.prefetch_factor",
+}
+# Training settings the trainer never sees: they choose the days it trains on, or how and where
+# Dagster launches, retries and places it (a whole subsection, such as pod, by its name).
+NOT_FOR_TRAINER = frozenset({
+    "window_days", "validation_days", "min_validation_rows", "missing_days", "max_missing_days",
+    "processes_per_node", "nodes", "gpus_per_node", "pod", "max_restarts", "retries", "max_runtime_minutes",
+})
+# Every TrainConfig field read from the training section -> where it is read there.
+FROM_TRAINING = {f.name: NESTED.get(f.name, f.name) for f in fields(TrainConfig) if f.name not in FROM_ELSEWHERE}
+
+
+def train_config(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[DataRef], state: DataRef,
+                 output_dir: str, overrides: dict | None = None, owner: str = "") -> TrainConfig:
+    """The trainer's config from the spec's training section, with tuned values on top."""
+    values = {name: training_setting(spec.training, path) for name, path in FROM_TRAINING.items()}
+    values.update(model=spec.name, task=spec.target.task, classes=list(spec.target.classes or []),
+                  train_files=train_refs, val_files=val_refs, feature_state=state, output_dir=output_dir,
+                  owner=owner)
+    values.update(config_overrides(overrides or {}, list(spec.training.hidden_sizes)))
+    return TrainConfig(**values)
+
+
+def training_setting(training: TrainingSpec, path: str) -> object:
+    """``training.<path>``, e.g. ``checkpoint.keep_last``; a list is copied (the config's own, not the spec's)."""
+    value: object = training
+    for name in path.split("."):
+        value = getattr(value, name)
+    return copy.copy(value)

@@ -1,0 +1,83 @@
+"""The spec's ``training`` section: the training window, the network, the optimizer and how it runs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ml_assets.spec.base import PositiveInt, StrictModel
+from ml_assets.spec.pods import TrainingPodSpec
+
+
+class CheckpointSpec(StrictModel):
+    every_steps: int = Field(default=0, ge=0, description="checkpoint every N optimizer steps (0: off)")
+    every_seconds: float = Field(default=300, ge=0, description="and every M seconds (0: off)")
+    keep_last: int = Field(default=2, ge=1, le=100)
+    async_mode: Literal["thread", "process", "off"] = Field(
+        default="thread", alias="async", description="background writer (benchmarks/checkpoint_stall.py compares them)")
+    preemption_grace_seconds: float = Field(default=20, gt=0, le=3600)
+    orphan_grace_seconds: float = Field(default=5, gt=0, le=60, description=(
+        "a rank whose torchrun agent died checkpoints if it can within this long, then exits"))
+    lease_ttl_seconds: float = Field(default=30, ge=3, le=600, description=(
+        "the checkpoint directory's lease is renewed every third of this; unrenewed this long, it is taken over"))
+    lease_wait_seconds: float = Field(default=120, ge=0, le=480, description=(
+        "how long a second training of the same config waits for the lease before failing (at most 8 minutes: "
+        "the other ranks wait for the verdict in a collective)"))
+
+
+class LoaderSpec(StrictModel):
+    num_workers: int = Field(default=0, ge=0, le=64)
+    pin_memory: bool = False
+    prefetch_factor: int = Field(default=2, ge=1, le=64)
+
+
+class EarlyStoppingSpec(StrictModel):
+    patience: int = Field(default=0, ge=0, description="epochs without improvement before stopping (0: off)")
+    min_delta: float = Field(default=0.0, ge=0)
+
+
+class TrainingSpec(StrictModel):
+    window_days: int = Field(default=14, ge=3, le=366, description=(
+        "the days before the test days that train and validate: window_days - validation_days train"))
+    validation_days: int = Field(default=1, ge=1, le=365, description=(
+        "the last days of the window: early stopping, the best epoch and the decision threshold are chosen on them"))
+    min_validation_rows: int = Field(default=30, ge=1, description=(
+        "fewer validation rows (or, for classification, a class missing from them) fail the training before it starts"))
+    missing_days: Literal["fail", "skip"] = Field(default="fail", description=(
+        "a window day without features (its snapshot failed, or it was never ingested): fail the partition, or "
+        "train and evaluate on the other days, listing the skipped ones"))
+    max_missing_days: int = Field(default=0, ge=0, le=365, description=(
+        "with missing_days: skip, the most days of the window and the test days that may be missing"))
+    family: Literal["mlp", "residual_mlp"] = "mlp"
+    epochs: PositiveInt = 8
+    batch_size: PositiveInt = 256
+    grad_accum_steps: PositiveInt = 1
+    learning_rate: float = Field(default=3e-3, gt=0, lt=1)
+    weight_decay: float = Field(default=1e-4, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    grad_clip_norm: float = Field(default=1.0, ge=0)
+    hidden_sizes: list[PositiveInt] = Field(default=[64, 32], min_length=1)
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    activation_checkpointing: bool = False
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()
+    deterministic: bool = False
+    processes_per_node: int = Field(default=2, ge=1, le=64, description=(
+        "torchrun processes per node on CPUs (locally, and on Kubernetes when gpus_per_node is 0)"))
+    nodes: int = Field(default=1, ge=1, le=256, description=(
+        "Kubernetes: training pods of one DDP run (an Indexed Job with c10d rendezvous when > 1); "
+        "locally the run trains on the one machine"))
+    gpus_per_node: int | None = Field(default=None, ge=0, le=16, description=(
+        "Kubernetes: nvidia.com/gpu limit of each training pod and its torchrun processes (0: CPU; "
+        "unset: the chart's training.gpusPerNode)"))
+    pod: TrainingPodSpec = TrainingPodSpec()
+    max_restarts: int = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
+    retries: int = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")
+    max_runtime_minutes: int = Field(default=360, ge=1, le=7 * 24 * 60, description=(
+        "a run that trains is cancelled and failed by run monitoring after this long (dagster/max_runtime)"))
+    report_every_steps: PositiveInt = 50
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    loader: LoaderSpec = LoaderSpec()
+    seed: int = 0

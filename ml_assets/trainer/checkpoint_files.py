@@ -1,0 +1,114 @@
+"""A checkpoint's files and why they can be trusted.
+
+``manifest.json`` lists the sha256 and size of every other file of a checkpoint directory and is
+written last: it is the commit point. A directory without it is incomplete (the writer stopped);
+one whose files do not match it is corrupt or tampered. DCP's ``.metadata`` is a pickle, so it is
+read by an unpickler that admits DCP's own metadata classes and nothing else, and the manager
+verifies every file against the manifest before DCP reads any of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import time
+
+import fsspec
+import torch
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+# --- reading DCP metadata without arbitrary unpickling ---------------------------------------
+
+_ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
+                    "torch.distributed.checkpoint.planner")
+_ALLOWED_GLOBALS = {("torch", "Size"), ("torch", "device"), ("collections", "OrderedDict"),
+                    ("torch.serialization", "_get_layout")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        dtype_or_layout = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype | torch.layout
+                                                             | torch.memory_format)
+        if module in _ALLOWED_MODULES or (module, name) in _ALLOWED_GLOBALS or dtype_or_layout:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a DCP metadata "
+                                     "file never needs; refusing to load it")
+
+
+class SafeFsspecReader(FsspecReader):
+    """FsspecReader whose ``.metadata`` is read by an unpickler limited to DCP's metadata classes."""
+
+    def read_metadata(self, *args, **kwargs):
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as fh:
+            metadata = _MetadataUnpickler(fh).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            from torch.distributed.checkpoint.metadata import StorageMeta
+
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+# --- manifest --------------------------------------------------------------------------------
+
+def fs_and_path(uri: str):
+    fs, path = fsspec.core.url_to_fs(uri)
+    return fs, path.rstrip("/")
+
+
+def _sha256_file(fs, path: str) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def write_manifest(directory: str, info: dict) -> dict:
+    """Hash every file under ``directory`` and write manifest.json last: the commit point."""
+    fs, path = fs_and_path(directory)
+    fs.invalidate_cache()
+    files = {}
+    for full in sorted(fs.find(path)):
+        rel = full[len(path) + 1:]
+        if rel == MANIFEST:
+            continue
+        sha, size = _sha256_file(fs, full)
+        files[rel] = {"sha256": sha, "bytes": size}
+    manifest = {"format": FORMAT, **info, "files": files, "written_at": time.time()}
+    with fs.open(f"{path}/{MANIFEST}", "wb") as fh:
+        fh.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
+
+
+def verify(directory: str) -> tuple[dict | None, str]:
+    """(manifest, "") when every listed file exists with its sha256 and nothing unlisted was added;
+    (None, reason) otherwise. No manifest: reason starts with "incomplete"."""
+    fs, path = fs_and_path(directory)
+    fs.invalidate_cache()
+    try:
+        with fs.open(f"{path}/{MANIFEST}", "rb") as fh:
+            manifest = json.loads(fh.read())
+    except FileNotFoundError:
+        return None, "incomplete: no manifest.json (the writer stopped before finishing)"
+    except (OSError, ValueError) as exc:
+        return None, f"manifest.json unreadable: {exc}"
+    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        return None, f"manifest.json has format {manifest.get('format')!r}, expected {FORMAT}"
+    present = {full[len(path) + 1:] for full in fs.find(path)} - {MANIFEST}
+    if extra := sorted(present - set(manifest["files"])):
+        return None, f"files not in the manifest: {extra}"
+    for rel, want in sorted(manifest["files"].items()):
+        if rel not in present:
+            return None, f"{rel} is missing"
+        sha, size = _sha256_file(fs, f"{path}/{rel}")
+        if size != want["bytes"] or sha != want["sha256"]:
+            return None, f"{rel} has {size} bytes, sha256 {sha[:12]}; the manifest says {want['bytes']} bytes, sha256 {want['sha256'][:12]}"
+    return manifest, ""

@@ -1,0 +1,108 @@
+"""What one training rank builds before its first step: the data as tensors, the model (wrapped
+in DistributedDataParallel when there are several ranks), the optimizer and its warmup-cosine
+schedule, the precision, the loss and the checkpoint manager; and the few collectives the rest of
+the trainer agrees through (a sum, a max of flags). Building fails on bad input before anything
+is written."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ml_assets.features.state import cardinalities
+from ml_assets.trainer.checkpoint import CheckpointManager
+from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.data import check_class_indices, read_frame, read_state, to_tensors
+from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
+from ml_assets.trainer.progress import Progress
+from ml_assets.trainer.runtime import Runtime, choose_precision
+
+
+def warmup_cosine(warmup: int, total: int, floor: float) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        span = max(total - warmup, 1)
+        progress = min(max(step - warmup, 0) / span, 1.0)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class TrainerSetup:
+    """One rank's data, model, optimizer, schedule and precision, and the collectives over its ranks."""
+
+    def __init__(self, cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Callable[[dict], None],
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.cfg, self.rt, self.log, self.report = cfg, rt, log, report
+        self.warn = warn or log
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        torch.manual_seed(cfg.seed)
+        self.state = read_state(cfg.feature_state)
+        self.train_t = to_tensors(read_frame(cfg.train_files), self.state)
+        self.val_t = to_tensors(read_frame(cfg.val_files), self.state)
+        if cfg.task == "multiclass_classification":
+            check_class_indices(self.train_t[2], cfg.classes, "training")
+            check_class_indices(self.val_t[2], cfg.classes, "validation")
+        self.model_config = ModelConfig(
+            n_numeric=self.train_t[0].shape[1], cardinalities=cardinalities(self.state),
+            hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family, n_outputs=cfg.n_outputs,
+        )
+        self.model = build_model(self.model_config, cfg.activation_checkpointing).to(rt.device)
+        self.param_names = [name for name, _ in self.model.named_parameters()]
+        # One rank needs no gradient all-reduce: DDP would only add hooks and copies.
+        self.net = self.model if rt.world == 1 else DistributedDataParallel(
+            self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
+            gradient_as_bucket_view=True)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.micro_batch = max(1, cfg.batch_size // (rt.world * cfg.grad_accum_steps))
+        rows_per_rank = math.ceil(len(self.train_t[2]) / rt.world)
+        self.steps_per_epoch = math.ceil(math.ceil(rows_per_rank / self.micro_batch) / cfg.grad_accum_steps)
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        if cfg.max_steps:
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, warmup_cosine(cfg.warmup_steps, self.total_steps, cfg.min_lr_ratio))
+        self.autocast_dtype, use_scaler = choose_precision(cfg.precision, rt.device, log)
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+        self.criterion = loss_fn(cfg.task)
+        self.ckpt = CheckpointManager(cfg.checkpoint_root, rank=rt.rank, world=rt.world, mode=cfg.checkpoint_async,
+                                      keep_last=cfg.keep_last, log=log, warn=self.warn)
+        self.progress = Progress(fingerprint=cfg.fingerprint(), world_size=rt.world)
+        self.stats = {"data_wait_s": 0.0, "loop_s": 0.0, "checkpoint_stall_s": 0.0, "checkpoints": 0,
+                      "rows": 0, "steps": 0}
+        self.resumed_from: int | None = None
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="next-epoch")
+        self._next: tuple[int, Future] | None = None
+        self._last_saved_step = 0
+        self._last_save_time = time.monotonic()
+
+    def _flags(self, stop: bool, due: bool) -> tuple[bool, bool]:
+        """Every rank must stop and checkpoint at the same step: agree by an all-reduce (max)."""
+        if self.rt.world == 1:
+            return stop, due
+        flags = torch.tensor([float(stop), float(due)])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return bool(flags[0]), bool(flags[1])
+
+    def _reduce(self, values: list[float]) -> list[float]:
+        if self.rt.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.rt.device.type, dtype=self.autocast_dtype)

@@ -1,0 +1,149 @@
+"""The trainer's config from the spec: every field on either side has one declared source or none,
+and the config is the one the hand-written copy of ~30 fields used to give."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from ml_assets.settings import BUNDLED_MODELS_DIR
+from ml_assets.spec import ModelSpec, TrainingSpec, load_spec
+from ml_assets.spec.trainer_config import (
+    FROM_ELSEWHERE,
+    FROM_TRAINING,
+    NESTED,
+    NOT_FOR_TRAINER,
+    train_config,
+)
+from ml_assets.trainer.config import DataRef, TrainConfig
+from ml_assets.tuning.space import config_overrides
+from ml_assets_tests.conftest import BUNDLED_SPEC
+
+TRAIN = [DataRef(uri=f"file:///features/date=2013-01-0{d}/part.parquet", sha256=f"{d}" * 64, day=f"2013-01-0{d}")
+         for d in (1, 2)]
+VAL = [DataRef(uri="file:///features/date=2013-01-03/part.parquet", sha256="3" * 64, day="2013-01-03", commit="c0ffee")]
+STATE = DataRef(uri="file:///state/feature_state.json", sha256="f" * 64)
+# Every setting that reaches the trainer, away from its default: a setting read into the wrong field shows.
+EVERY_SETTING_CHANGED = {
+    "family": "residual_mlp", "epochs": 3, "batch_size": 64, "grad_accum_steps": 2, "learning_rate": 0.01,
+    "weight_decay": 0.001, "warmup_steps": 5, "min_lr_ratio": 0.1, "grad_clip_norm": 0.5, "hidden_sizes": [16, 8, 4],
+    "dropout": 0.2, "activation_checkpointing": True, "precision": "bf16", "deterministic": True, "seed": 7,
+    "report_every_steps": 10, "early_stopping": {"patience": 2, "min_delta": 0.01},
+    "checkpoint": {"every_steps": 100, "every_seconds": 60, "keep_last": 3, "async": "process",
+                   "preemption_grace_seconds": 30, "orphan_grace_seconds": 10, "lease_ttl_seconds": 60,
+                   "lease_wait_seconds": 200},
+    "loader": {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4},
+}
+OVERRIDES = [
+    None,
+    {},
+    {"learning_rate": 0.02, "weight_decay": 1e-5, "batch_size": 512.0, "warmup_steps": 10.0, "dropout": 0.3,
+     "grad_clip_norm": 2.0, "family": "residual_mlp", "width": 48.0, "depth": 2},
+    {"depth": 3},
+    {"width": 100},
+]
+
+
+def _settings(section: type[BaseModel], prefix: str = "") -> set[str]:
+    """The section's leaf settings as dotted paths, less those declared not for the trainer."""
+    paths = set()
+    for name, info in section.model_fields.items():
+        path = prefix + name
+        if path in NOT_FOR_TRAINER:
+            continue
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            paths |= _settings(info.annotation, f"{path}.")
+        else:
+            paths.add(path)
+    return paths
+
+
+def _is_setting(path: str) -> bool:
+    section: type[BaseModel] | None = TrainingSpec
+    for name in path.split("."):
+        if section is None or name not in section.model_fields:
+            return False
+        annotation = section.model_fields[name].annotation
+        section = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return True
+
+
+def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[DataRef], state: DataRef,
+                 output_dir: str, overrides: dict | None = None, owner: str = "") -> TrainConfig:
+    """The field-by-field copy train_config replaces (ml_assets/defs/training/assets.py), as the reference."""
+    training = spec.training
+    values = dict(
+        model=spec.name, task=spec.target.task, classes=list(spec.target.classes or []),
+        train_files=train_refs, val_files=val_refs,
+        feature_state=state, output_dir=output_dir,
+        family=training.family, epochs=training.epochs, batch_size=training.batch_size,
+        grad_accum_steps=training.grad_accum_steps, learning_rate=training.learning_rate,
+        weight_decay=training.weight_decay, warmup_steps=training.warmup_steps, min_lr_ratio=training.min_lr_ratio,
+        grad_clip_norm=training.grad_clip_norm, hidden_sizes=list(training.hidden_sizes), dropout=training.dropout,
+        activation_checkpointing=training.activation_checkpointing, precision=training.precision,
+        early_stopping_patience=training.early_stopping.patience,
+        early_stopping_min_delta=training.early_stopping.min_delta, seed=training.seed,
+        deterministic=training.deterministic, num_workers=training.loader.num_workers,
+        pin_memory=training.loader.pin_memory, prefetch_factor=training.loader.prefetch_factor,
+        report_every_steps=training.report_every_steps, checkpoint_every_steps=training.checkpoint.every_steps,
+        checkpoint_every_seconds=training.checkpoint.every_seconds, keep_last=training.checkpoint.keep_last,
+        checkpoint_async=training.checkpoint.async_mode,
+        preemption_grace_seconds=training.checkpoint.preemption_grace_seconds,
+        orphan_grace_seconds=training.checkpoint.orphan_grace_seconds,
+        lease_ttl_seconds=training.checkpoint.lease_ttl_seconds,
+        lease_wait_seconds=training.checkpoint.lease_wait_seconds, owner=owner,
+    )
+    values.update(config_overrides(overrides or {}, list(training.hidden_sizes)))
+    return TrainConfig(**values)
+
+
+def _every_setting_changed() -> ModelSpec:
+    data = yaml.safe_load(BUNDLED_SPEC.read_text())
+    data["training"] = {**data.get("training", {}), **EVERY_SETTING_CHANGED}
+    return ModelSpec.model_validate(data)
+
+
+SPECS = {path.stem: lambda path=path: load_spec(path) for path in sorted(BUNDLED_MODELS_DIR.glob("*.yaml"))}
+SPECS["every_setting_changed"] = _every_setting_changed
+
+
+def test_every_trainer_field_comes_from_one_training_setting_or_is_declared_from_elsewhere():
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert names >= FROM_ELSEWHERE, f"declared but not TrainConfig fields: {sorted(FROM_ELSEWHERE - names)}"
+    assert set(NESTED) <= set(FROM_TRAINING), f"not read from training: {sorted(set(NESTED) - set(FROM_TRAINING))}"
+    unknown = {field: path for field, path in FROM_TRAINING.items() if not _is_setting(path)}
+    assert not unknown, (f"TrainConfig fields with no training setting {unknown}: name its setting in NESTED, "
+                         "or declare the field in FROM_ELSEWHERE")
+    assert len(set(FROM_TRAINING.values())) == len(FROM_TRAINING), "two TrainConfig fields read one setting"
+
+
+def test_every_training_setting_reaches_the_trainer_or_is_declared_not_for_it():
+    assert all(_is_setting(path) for path in NOT_FOR_TRAINER), sorted(p for p in NOT_FOR_TRAINER if not _is_setting(p))
+    unread = _settings(TrainingSpec) - set(FROM_TRAINING.values())
+    assert not unread, (f"training settings {sorted(unread)} reach no TrainConfig field: add the field (named in "
+                        "NESTED when it is nested), or declare the setting in NOT_FOR_TRAINER")
+    assert not set(FROM_TRAINING.values()) & NOT_FOR_TRAINER
+
+
+@pytest.mark.parametrize("overrides", OVERRIDES)
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_config_is_the_hand_copied_one(name: str, overrides: dict | None):
+    spec = SPECS[name]()
+    args = (spec, TRAIN, VAL, STATE, "s3://checkpoints/flights_delay/date=2013-01-05/run", overrides)
+
+    config = train_config(*args, owner="Dagster run 1234")
+
+    assert config == _hand_copied(*args, owner="Dagster run 1234")
+    assert config.fingerprint() == _hand_copied(*args).fingerprint()
+    assert config.hidden_sizes is not spec.training.hidden_sizes
+
+
+def test_each_setting_lands_in_its_own_field():
+    config = train_config(_every_setting_changed(), TRAIN, VAL, STATE, "/tmp/out")
+    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                for f in dataclasses.fields(TrainConfig)}
+    assert [f for f in FROM_TRAINING if getattr(config, f) == defaults[f]] == []
+    assert (config.checkpoint_async, config.keep_last, config.prefetch_factor) == ("process", 3, 4)
