@@ -29,3 +29,22 @@ class RunWorker:
         if PID_TAG not in tags:
             return None
         return cls(pid=int(tags[PID_TAG]), host=tags.get(HOST_TAG, ""), started=tags.get(STARTED_TAG, ""))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunLabels:
+    """What a Dagster run's tags say about what it ran: the model, the partition (or partition
+    range) and the backfill it belongs to."""
+
+    model: str
+    partition: str
+    backfill: str
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str], job_name: str) -> Self:
+        partition = tags.get("dagster/partition", "")
+        if not partition and tags.get("dagster/asset_partition_range_start"):
+            partition = (f"{tags['dagster/asset_partition_range_start']}.."
+                         f"{tags.get('dagster/asset_partition_range_end', '')}")
+        return cls(model=tags.get("ml_assets/model", job_name), partition=partition,
+                   backfill=tags.get("dagster/backfill", ""))

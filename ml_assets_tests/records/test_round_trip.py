@@ -167,3 +167,13 @@ def test_commit_metadata_round_trips():
     assert PublishCommit.is_publish(meta, "2013-02-01") and not PublishCommit.is_publish(meta, "2013-02-02")
     assert PublishCommit.from_commit_metadata(meta) == published
     assert all(isinstance(v, str) for v in meta.values())
+
+
+def test_run_tags_round_trip_and_name_the_partition_range():
+    from ml_assets.records.runs import RunLabels, RunWorker
+
+    worker = RunWorker(pid=42, host="h", started="123")
+    assert RunWorker.from_tags(worker.to_tags()) == worker and RunWorker.from_tags({}) is None
+    labels = RunLabels.from_tags({"dagster/asset_partition_range_start": "2013-02-01",
+                                  "dagster/asset_partition_range_end": "2013-02-03", "dagster/backfill": "b"}, "job")
+    assert labels == RunLabels(model="job", partition="2013-02-01..2013-02-03", backfill="b")

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 
 import dagster as dg
 
+from ml_assets.records.runs import RunLabels
+
 MAX_PER_RUN_MESSAGES = 3  # more failures than this in one tick: one summary instead
 SUMMARY_LINES = 20
 REASON_CHARS = 300
@@ -50,7 +52,6 @@ def _stage(step_key: str) -> str:
 def describe(instance: dg.DagsterInstance, run: dg.DagsterRun, run_url: str) -> Alert:
     """The alert for one failed run: the failing step names the stage, its error the reason;
     ``run_url`` is the run's page in the Dagster UI."""
-    tags = run.tags
     stage, reason = "run", ""
     failures = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     if failures:
@@ -68,12 +69,9 @@ def describe(instance: dg.DagsterInstance, run: dg.DagsterRun, run_url: str) -> 
             if texts:
                 reason = texts[-1]
                 break
-    partition = tags.get("dagster/partition", "")
-    if not partition and tags.get("dagster/asset_partition_range_start"):
-        partition = f"{tags['dagster/asset_partition_range_start']}..{tags.get('dagster/asset_partition_range_end', '')}"
-    return Alert(run_id=run.run_id, job=run.job_name, model=tags.get("ml_assets/model", run.job_name),
-                 partition=partition, stage=stage, reason=reason or "no failure message recorded",
-                 url=run_url, backfill=tags.get("dagster/backfill", ""))
+    labels = RunLabels.from_tags(run.tags, run.job_name)
+    return Alert(run_id=run.run_id, job=run.job_name, model=labels.model, partition=labels.partition, stage=stage,
+                 reason=reason or "no failure message recorded", url=run_url, backfill=labels.backfill)
 
 
 def messages(alerts: list[Alert]) -> list[dict]:
