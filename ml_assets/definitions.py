@@ -25,7 +25,7 @@ from ml_assets.settings import LAKEFS_VARIABLES, Settings, load_settings, public
 
 # What the production executor's fork server imports once per run, so that no step process pays for
 # it again: the built definitions, then the modules the stages import when they run, with their
-# libraries (seconds each on these machines: torch ~3, mlflow ~3, scikit-learn ~3, pandera + scipy ~2).
+# libraries (torch, mlflow, scikit-learn, pandera and scipy each take seconds to import).
 STEP_PRELOAD = ("ml_assets.deploy.preload", "ml_assets.validation.run", "scipy.stats", "ml_assets.trainer.data",
                 "ml_assets.trainer.checkpoint", "ml_assets.evaluation.report", "ml_assets.evaluation.plots",
                 "ml_assets.registry", "ml_assets.serving.pyfunc")

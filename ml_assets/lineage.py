@@ -17,6 +17,7 @@ from typing import Any
 
 import fsspec
 
+from ml_assets.layout import FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
 from ml_assets.names import check_model_name, check_partition_key, repo_for_model
 from ml_assets.records import PublishCommit, RawCommit, VersionTags
 from ml_assets.versioning import NotFound, VersionStore, VersionStoreError
@@ -143,10 +144,10 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
         files = model_files(Path(client.download_artifacts(run.info.run_id, "model", tmp)))
         weights_sha = tags.checkpoint_sha256
         checks.append(Check("registered weights (MLflow artifact model/artifacts/model.safetensors)", weights_sha,
-                            _sha(files["model.safetensors"].read_bytes()), f"{mv.source}/artifacts/model.safetensors"))
-        meta = json.loads(files["meta.json"].read_bytes())
+                            _sha(files[WEIGHTS_FILE].read_bytes()), f"{mv.source}/artifacts/model.safetensors"))
+        meta = json.loads(files[META_FILE].read_bytes())
         checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
-                            meta["feature_state_sha256"], _sha(files["feature_state.json"].read_bytes()),
+                            meta["feature_state_sha256"], _sha(files[FEATURE_STATE_FILE].read_bytes()),
                             f"{mv.source}/artifacts/feature_state.json"))
     checkpoint_uri = tags.checkpoint_uri
     if checkpoint_uri:

@@ -19,6 +19,7 @@ import polars as pl
 
 from ml_assets.features.build import build_lazy
 from ml_assets.features.state import fit_state, state_bytes, transform_lazy
+from ml_assets.layout import FEATURE_STATE_FILE
 from ml_assets.spec import ModelSpec
 
 STREAMING = pl.QueryOptFlags(comm_subplan_elim=False)
@@ -41,7 +42,7 @@ def featurize_out_of_core(spec: ModelSpec, rows: str | Path | list, dims: dict[s
      .filter(pl.col(spec.target.name).is_not_null())
      .sink_parquet(built, engine="streaming", optimizations=STREAMING))
     state = fit_state(pl.scan_parquet(built), spec.features, spec.target.name, spec.target.task)
-    (out / "feature_state.json").write_bytes(state_bytes(state))
+    (out / FEATURE_STATE_FILE).write_bytes(state_bytes(state))
     encoded = out / "encoded.parquet"
     transform_lazy(pl.scan_parquet(built), state).sink_parquet(encoded, engine="streaming", optimizations=STREAMING)
     return Featurized(built, state, encoded)

@@ -30,7 +30,9 @@ from typing import Any
 
 import mlflow.pyfunc
 
-FILES = ("model.safetensors", "meta.json", "feature_state.json", "spec.json")
+from ml_assets.layout import EXPORT_FILES, FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
+
+FILES = (*EXPORT_FILES, "spec.json")
 PREDICTED_CLASS = "predicted_class"
 CODE = Path(__file__).with_name("mlflow_model.py")
 
@@ -53,15 +55,15 @@ class TabularModel(mlflow.pyfunc.PythonModel):
         from ml_assets.trainer.model import build_model
 
         paths = {name: Path(context.artifacts[name]) for name in FILES}
-        meta = json.loads(paths["meta.json"].read_bytes())
-        for name, key in (("model.safetensors", "weights_sha256"), ("feature_state.json", "feature_state_sha256")):
+        meta = json.loads(paths[META_FILE].read_bytes())
+        for name, key in ((WEIGHTS_FILE, "weights_sha256"), (FEATURE_STATE_FILE, "feature_state_sha256")):
             if _sha(paths[name]) != meta[key]:
                 raise ValueError(f"{paths[name]}: sha256 does not match meta.json's {key}; the model files are damaged")
         self.spec = ModelSpec.model_validate(json.loads(paths["spec.json"].read_bytes()))
         model = build_model(meta["model_config"])
-        model.load_state_dict(safetensors_load(paths["model.safetensors"].read_bytes()))
+        model.load_state_dict(safetensors_load(paths[WEIGHTS_FILE].read_bytes()))
         model.eval()
-        self.loaded = LoadedCheckpoint(model, meta, json.loads(paths["feature_state.json"].read_bytes()))
+        self.loaded = LoadedCheckpoint(model, meta, json.loads(paths[FEATURE_STATE_FILE].read_bytes()))
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None):
         import polars as pl
@@ -127,7 +129,7 @@ def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
         inputs=Schema([*(ColSpec("double", c, required=False) for c in feats.numeric_names),
                        *(ColSpec("string", c, required=False) for c in feats.categorical_names),
                        *(ColSpec("string", c, required=False) for c in ts if c not in feats.categorical_names)]),
-        outputs=output_schema(json.loads(files["meta.json"]).get("classes") or []),
+        outputs=output_schema(json.loads(files[META_FILE]).get("classes") or []),
     )
     with tempfile.TemporaryDirectory(prefix="ml_assets-pyfunc-") as tmp:
         artifacts = {}

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_save
 
+from ml_assets.layout import FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
 from ml_assets.storage import read_verified as _read_verified
 from ml_assets.trainer.config import DataRef
 from ml_assets.trainer.model import build_model
@@ -28,14 +29,14 @@ def export_model(output_dir: str, weights: dict[str, torch.Tensor], meta: dict, 
     base = output_dir.rstrip("/")
     blob = safetensors_save(_contiguous(weights))
     weights_sha = hashlib.sha256(blob).hexdigest()
-    meta = {**meta, "format": "safetensors", "weights_file": "model.safetensors", "weights_sha256": weights_sha,
+    meta = {**meta, "format": "safetensors", "weights_file": WEIGHTS_FILE, "weights_sha256": weights_sha,
             "feature_state_sha256": hashlib.sha256(feature_state).hexdigest()}
     meta_bytes = json.dumps(meta, indent=1, sort_keys=True).encode()
-    for name, data in (("model.safetensors", blob), ("feature_state.json", feature_state), ("meta.json", meta_bytes)):
+    for name, data in ((WEIGHTS_FILE, blob), (FEATURE_STATE_FILE, feature_state), (META_FILE, meta_bytes)):
         with fsspec.open(f"{base}/{name}", "wb", auto_mkdir=True) as fh:
             fh.write(data)
-    return {"uri": f"{base}/model.safetensors", "sha256": weights_sha, "bytes": len(blob),
-            "meta_uri": f"{base}/meta.json", "meta_sha256": hashlib.sha256(meta_bytes).hexdigest()}
+    return {"uri": f"{base}/{WEIGHTS_FILE}", "sha256": weights_sha, "bytes": len(blob),
+            "meta_uri": f"{base}/{META_FILE}", "meta_sha256": hashlib.sha256(meta_bytes).hexdigest()}
 
 
 @dataclass
@@ -53,7 +54,7 @@ def load_checkpoint(weights: DataRef, meta: DataRef) -> LoadedCheckpoint:
     if meta_dict.get("format") != "safetensors":
         raise ValueError(f"{meta.uri}: export format {meta_dict.get('format')!r} is not 'safetensors'")
     base = weights.uri.rsplit("/", 1)[0]
-    state = json.loads(_read_verified(f"{base}/feature_state.json", meta_dict["feature_state_sha256"]))
+    state = json.loads(_read_verified(f"{base}/{FEATURE_STATE_FILE}", meta_dict["feature_state_sha256"]))
     model = build_model(meta_dict["model_config"])
     model.load_state_dict(safetensors_load(_read_verified(weights.uri, weights.sha256)))
     model.eval()
