@@ -13,7 +13,7 @@ paths, is left out).
    trained_checkpoint -> evaluation_report -> registered_model) for one partition, its training
    window ingested beforehand:
    - through Dagster: submitted to the run queue (``dagster job launch``), launched by
-     ``dagster-daemon`` through ``ml_assets.deploy.launcher`` (a run worker forked from its server),
+     ``dagster-daemon`` through ``ml_assets.deploy.run_launcher`` (a run worker forked from its server),
      the production default executor (in process; ML_ASSETS_EXECUTOR), events in PostgreSQL; timed
      from the run's creation to its RUN_SUCCESS event, so the queue's wait and the worker's start
      count;
@@ -27,7 +27,7 @@ paths, is left out).
    promotion sensor starts no run beside the measured ones.
    The plain process first imports the libraries the stages use (timed apart: a plain script pays
    them on every run, a run worker forked from the launcher's server does not,
-   ml_assets.deploy.launcher).
+   ml_assets.deploy.run_launcher).
    Wall ratio (the RESULT) = Dagster wall / the stages' summed compute (imports left out); also
    printed against the plain process's whole time (imports + stages). Per-step overhead = (the
    run's executing time, RUN_START to RUN_SUCCESS, - the stages' summed compute) / steps.
@@ -73,7 +73,7 @@ from benchmarks._processes import free_port
 from ml_assets.definitions import build_definitions, local_resources
 from ml_assets.defs.common import STAGES, asset_key
 from ml_assets.defs.model import BUILDERS
-from ml_assets.deploy.launcher import DUMP_STACKS, WORKER_PRELOAD
+from ml_assets.deploy.run_launcher import DUMP_STACKS, WORKER_PRELOAD
 from ml_assets.records.runs import PID_TAG
 from ml_assets.resources import TorchrunLauncher
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
@@ -216,7 +216,7 @@ def stuck_run_report(instance: dg.DagsterInstance, run_id: str, env: dict[str, s
 
 def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str, timeout: float) -> DagsterRun:
     """A run of the daily job submitted to the production instance's queue (``dagster job launch``),
-    launched by the daemon through ``ml_assets.deploy.launcher``: its wall time from submission to
+    launched by the daemon through ``ml_assets.deploy.run_launcher``: its wall time from submission to
     success, each step's from the executor starting it to its success, and the time the run waited in
     the queue.
     A run not finished within ``timeout`` seconds, or not successful, ends the benchmark with what it

@@ -52,7 +52,7 @@ def tracking_resource(settings: Settings) -> MlflowTrackingResource:
 
 def launcher_resource(settings: Settings) -> TorchrunLauncher:
     if settings.kubernetes:
-        from ml_assets.deploy.k8s.launcher import KubernetesTorchrunLauncher
+        from ml_assets.deploy.k8s.torchrun import KubernetesTorchrunLauncher
 
         return KubernetesTorchrunLauncher(training_defaults=json.dumps(settings.k8s_training_defaults or {}))
     return TorchrunLauncher()

@@ -62,7 +62,7 @@ class TorchrunLauncher(dg.ConfigurableResource):
 
     def train(self, context: dg.AssetExecutionContext, spec, config_path: str, output_dir: str) -> TrainingOutcome:
         """Train ``spec``'s model with the config at ``config_path`` (outputs under ``output_dir``).
-        Locally one node, whatever ``training.nodes`` says (ml_assets.deploy.k8s.launcher spreads them)."""
+        Locally one node, whatever ``training.nodes`` says (ml_assets.deploy.k8s.torchrun spreads them)."""
         if spec.training.nodes > 1:
             context.log.warning(f"training.nodes is {spec.training.nodes}: several nodes are a Kubernetes setting "
                                 f"(docs/kubernetes.md); here the run trains on this machine with "

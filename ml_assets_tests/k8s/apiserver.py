@@ -1,7 +1,7 @@
 """A small emulation of the Kubernetes API, for the multi-node training launcher's tests only.
 
 No Kubernetes server can run on the project's machines. This serves, over HTTP on loopback, the
-few calls ``ml_assets.deploy.k8s.launcher`` makes through the official Kubernetes client (create and delete
+few calls ``ml_assets.deploy.k8s.torchrun`` makes through the official Kubernetes client (create and delete
 a Service and a Job, read a pod, list pods by label, read a Job's status, follow a pod's log), and
 runs each Job pod's container command as a local process the way ml_assets_tests/k8s/kubelet.py
 does. It is not Kubernetes: what it shows is that the launcher's calls are well formed for the

@@ -1,4 +1,4 @@
-"""The multi-node training launcher (ml_assets.deploy.k8s.launcher) driving an Indexed Job through the
+"""The multi-node training launcher (ml_assets.deploy.k8s.torchrun) driving an Indexed Job through the
 official Kubernetes client, against the API emulation of ml_assets_tests/k8s/apiserver.py (no
 Kubernetes server can run here; the emulation runs the Job's pods as local processes). Real: the
 client, the launcher, Dagster Pipes over pod 0's log through dagster-k8s's reader, torchrun and
@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from ml_assets.deploy.k8s.launcher import KubernetesTorchrunLauncher
+from ml_assets.deploy.k8s.torchrun import KubernetesTorchrunLauncher
 from ml_assets.deploy.k8s.training_job import INDEX_ANNOTATION
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec

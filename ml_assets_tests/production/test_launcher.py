@@ -1,4 +1,4 @@
-"""A run worker as the production launcher forks it (ml_assets.deploy.launcher): from a server that imported
+"""A run worker as the production launcher forks it (ml_assets.deploy.run_launcher): from a server that imported
 the installed libraries (WORKER_PRELOAD), with ``worker_setup``'s log and stack dumps."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from ml_assets.deploy.launcher import (
+from ml_assets.deploy.run_launcher import (
     DUMP_STACKS,
     LocalProcessRunLauncher,
     _forkserver_context,

@@ -12,7 +12,7 @@ import yaml
 
 from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
 from ml_assets.defs.common import GPU_POOL
-from ml_assets.deploy.launcher import WORKER_PRELOAD
+from ml_assets.deploy.run_launcher import WORKER_PRELOAD
 from ml_assets.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     (tmp_path / "dagster.yaml").write_text((REPO / "deploy" / "production" / "dagster.yaml").read_text())
     monkeypatch.setenv("ML_ASSETS_DAGSTER_POSTGRES_URL", "postgresql://user@db.internal/dagster")
     config, _ = dagster_instance_config(str(tmp_path))
-    assert config["run_launcher"] == {"module": "ml_assets.deploy.launcher", "class": "LocalProcessRunLauncher",
+    assert config["run_launcher"] == {"module": "ml_assets.deploy.run_launcher", "class": "LocalProcessRunLauncher",
                                       "config": {"start_method": "forkserver"}}
     assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] > 0
     assert config["run_retries"]["retry_on_asset_or_op_failure"] is False

@@ -127,7 +127,7 @@ def training_step_k8s_config(spec: ModelSpec, defaults: TrainingDefaults, *, lau
     """The training step's pod (per_step_k8s_config of its op), merged by dagster-k8s over
     :func:`step_k8s_config`: the spec's GPUs as ``nvidia.com/gpu`` limits, /dev/shm, placement.
 
-    With nodes > 1 this pod only launches and watches the Indexed Job (ml_assets.deploy.k8s.launcher), so it
+    With nodes > 1 this pod only launches and watches the Indexed Job (ml_assets.deploy.k8s.torchrun), so it
     asks for no GPU itself."""
     pod = spec.training.pod
     single = not (spec.training.nodes > 1 if launches_only is None else launches_only)

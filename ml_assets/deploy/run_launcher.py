@@ -25,7 +25,7 @@ the launcher's.
 Select it in dagster.yaml (deploy/production/dagster.yaml)::
 
     run_launcher:
-      module: ml_assets.deploy.launcher
+      module: ml_assets.deploy.run_launcher
       class: LocalProcessRunLauncher
 """
 
