@@ -11,21 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
-
-from ml_assets.spec import ModelSpec, SpecError, load_spec, load_specs, parse_spec
+from ml_assets.spec import ModelSpec, SpecError, load_spec, load_specs
+from ml_assets.spec.loading import read_yaml, spec_from_data
 
 COMPONENT_TYPE = "ml_assets.components.ModelComponent"
 COMPONENT_FILES = ("defs.yaml", "defs.yml")
 SPEC_SUFFIXES = (".yaml", ".yml")
-
-
-class _ComponentFilePath(type(Path())):  # type: ignore[misc]
-    """A component file's path: messages name the file; the spec's name must match its folder."""
-
-    @property
-    def stem(self) -> str:
-        return self.parent.name
 
 
 def spec_files(models_dir: Path) -> list[Path]:
@@ -46,21 +37,16 @@ def spec_from_attributes(attributes: object, path: Path) -> ModelSpec:
     if not isinstance(attributes, Mapping):
         raise SpecError(f"{path}: attributes: expected a mapping of spec fields, got {type(attributes).__name__}")
     name = attributes.get("name")
-    if isinstance(name, str) and name != path.parent.name:
+    if isinstance(name, str) and name != path.parent.name:  # said first, before any other field's error
         raise SpecError(f"{path}: name: {name!r} must match the folder name {path.parent.name!r}")
-    # parse_spec gives today's messages; the dump keeps every value (dates included) as written.
-    return parse_spec(yaml.safe_dump(dict(attributes), sort_keys=False), _ComponentFilePath(path))
+    return spec_from_data(dict(attributes), path, path.parent.name, "folder name")
 
 
 def _component_document(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"), path)
     except OSError as exc:
         raise SpecError(f"{path}: cannot be read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: (top level): expected `type` and `attributes`, got {type(data).__name__}")
     return data

@@ -100,11 +100,12 @@ class Step:
                           model=self.spec.name, code_version=package_code_version())
 
 
-def step(context: dg.AssetExecutionContext, spec: ModelSpec, links: DagsterLinksResource) -> Step:
+def step(context: dg.AssetExecutionContext, spec: ModelSpec, links: DagsterLinksResource | None = None) -> Step:
+    """``links``: for a stage that records its run's provenance (a Dagster URL of the run)."""
     partition = context.partition_key if context.has_partition_key else ""
     if partition:
         check_partition_key(partition)
-    return Step(spec, partition, context.run_id, links.run_url(context.run_id))
+    return Step(spec, partition, context.run_id, links.run_url(context.run_id) if links else "")
 
 
 def parquet_bytes(frame: pl.DataFrame) -> bytes:

@@ -9,7 +9,6 @@ the keys that were there: a renamed field fails a round-trip test, not a run.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -39,7 +38,9 @@ def plain(value: Any) -> Any:
 
 def unwrap(value: Any) -> Any:
     """A Dagster MetadataValue's raw value (values read back from an instance are wrapped)."""
-    return getattr(value, "value", value) if type(value).__module__.startswith("dagster") else value
+    import dagster as dg  # here, not at import: a scorer reads version tags without dagster
+
+    return value.value if isinstance(value, dg.MetadataValue) else value
 
 
 class Record:
@@ -59,8 +60,6 @@ class Record:
                     out[f.name] = dg.MetadataValue.null()
             elif kind:
                 out[f.name] = convert[kind](plain(value))
-            elif isinstance(value, float) and not math.isfinite(value):
-                out[f.name] = dg.MetadataValue.float(value)
             else:
                 out[f.name] = value
         return out

@@ -12,8 +12,6 @@ from ml_assets.records.base import Record, decode, field, unwrap
 from ml_assets.trainer.config import DataRef
 from ml_assets.trainer.result import TrainingResult
 
-_RESULT_KINDS = {**{n: "path" for n in TrainingResult.PATHS}, **{n: "json" for n in TrainingResult.JSON}}
-
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointRecord(Record):
@@ -37,14 +35,12 @@ class CheckpointRecord(Record):
     progress: list[dict[str, Any]] = field("json")
 
     def to_metadata(self) -> dict[str, Any]:
-        import dagster as dg
+        from ml_assets.resources.training import metadata_from_pipes
 
-        convert = {"json": dg.MetadataValue.json, "path": dg.MetadataValue.path}
-        trained = {f.name: getattr(self.result, f.name) for f in dataclasses.fields(TrainingResult)}
-        trained = {k: convert[_RESULT_KINDS[k]](v) if k in _RESULT_KINDS else v for k, v in trained.items()}
         window = super().to_metadata()
         del window["result"]
-        return {**trained, **window}
+        # The trainer's fields as the step received them through Pipes, typed the same way.
+        return {**metadata_from_pipes(self.result.pipes_metadata()), **window}
 
     @classmethod
     def from_metadata(cls, values: Mapping[str, Any]) -> Self:

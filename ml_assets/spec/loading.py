@@ -24,22 +24,33 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
     return "invalid model spec\n  " + "\n  ".join(lines)
 
 
-def parse_spec(text: str, path: Path) -> ModelSpec:
+def read_yaml(text: str, path: Path) -> object:
+    """The YAML document in ``text``; a SpecError naming ``path`` and the line when it is not YAML."""
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise SpecError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: (top level): expected a mapping of spec fields, got {type(data).__name__}")
+
+
+def spec_from_data(data: dict, path: Path, name: str, named_by: str = "file name") -> ModelSpec:
+    """``data`` validated as a spec, the messages naming ``path``; the spec's name must be ``name``
+    (what ``named_by``, the file or the folder, says it is)."""
     try:
         spec = ModelSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_format_errors(path, exc)) from None
-    if spec.name != path.stem:
-        raise SpecError(f"{path}: name: {spec.name!r} must match the file name {path.stem!r}")
+    if spec.name != name:
+        raise SpecError(f"{path}: name: {spec.name!r} must match the {named_by} {name!r}")
     return spec
+
+
+def parse_spec(text: str, path: Path) -> ModelSpec:
+    data = read_yaml(text, path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: (top level): expected a mapping of spec fields, got {type(data).__name__}")
+    return spec_from_data(data, path, path.stem)
 
 
 def load_spec(path: Path) -> ModelSpec:

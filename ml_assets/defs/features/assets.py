@@ -4,7 +4,7 @@ from ml_assets.defs.common import asset_key, code_version, daily_partitions, ste
 from ml_assets.defs.features.day import build_day
 from ml_assets.features import build
 from ml_assets.records import SnapshotRecord, upstream
-from ml_assets.resources import ArtifactStoreResource, DagsterLinksResource, VersionStoreResource
+from ml_assets.resources import ArtifactStoreResource, VersionStoreResource
 from ml_assets.spec import ModelSpec
 
 
@@ -28,8 +28,8 @@ def build_features_asset(spec: ModelSpec) -> dg.AssetsDefinition:
         description=f"The day's {spec.name} feature rows (joins and target from the spec), read from main by commit id.",
     )
     def features(context: dg.AssetExecutionContext, version_store: VersionStoreResource,
-                 artifacts: ArtifactStoreResource, links: DagsterLinksResource) -> dg.MaterializeResult:
-        run = step(context, spec, links)
+                 artifacts: ArtifactStoreResource) -> dg.MaterializeResult:
+        run = step(context, spec)
         snapshot = upstream(context, snapshot_key, run.partition, SnapshotRecord)
         try:
             record = build_day(run, version_store.get_store(), artifacts, snapshot, context.log.info)

@@ -19,7 +19,6 @@ from ml_assets.layout import Layout
 from ml_assets.resources import (
     ArtifactStoreResource,
     CheckpointStoreResource,
-    DagsterLinksResource,
     TorchrunLauncher,
 )
 from ml_assets.spec import ModelSpec
@@ -49,9 +48,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
                      "sha256-pinned, with the fitted feature state."),
     )
     def trained_checkpoint(context: dg.AssetExecutionContext, artifacts: ArtifactStoreResource,
-                           checkpoints: CheckpointStoreResource, launcher: TorchrunLauncher,
-                           links: DagsterLinksResource) -> dg.MaterializeResult:
-        run = step(context, spec, links)
+                           checkpoints: CheckpointStoreResource, launcher: TorchrunLauncher) -> dg.MaterializeResult:
+        run = step(context, spec)
         try:
             win = window.training_window(spec, dt.date.fromisoformat(run.partition))
         except window.WindowError as exc:

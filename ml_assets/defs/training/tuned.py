@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +26,7 @@ class Tuned:
     dagster_run_id: str
 
     def as_metadata(self) -> dict[str, Any]:
-        return {"params": self.params, "source": self.source, "study_name": self.study_name,
-                "best_trial": self.best_trial, "last_day": self.last_day, "dagster_run_id": self.dagster_run_id}
+        return dataclasses.asdict(self)
 
 
 def tuned_parameters(instance: dg.DagsterInstance, spec: ModelSpec) -> Tuned | None:
