@@ -18,11 +18,16 @@ PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar o
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 MODEL ?= flights_delay
 DAY ?=
+# The bundled models and the example of a model of your own (examples/ft_transformer); tests set
+# their own directories, so this is only given to the commands a user runs.
+MODELS_DIRS ?= $(CURDIR)/ml_assets/models:$(CURDIR)/examples/ft_transformer
+WITH_MODELS := ML_ASSETS_MODELS_DIR=$${ML_ASSETS_MODELS_DIR:-$(MODELS_DIRS)}
 
 .PHONY: help install demo test dev mlflow-ui materialize production-instance lint clean
 
 help:
 	@echo "make demo         set up .venv and run the main job for $(MODEL) on embedded defaults"
+	@echo "                  (MODEL=flights_delay_ft: the same with FT-Transformer, a model of your own)"
 	@echo "make test         run the test suite"
 	@echo "make dev          Dagster UI on http://127.0.0.1:3000 against $(ML_ASSETS_HOME)"
 	@echo "make mlflow-ui    MLflow UI on http://127.0.0.1:5000 against the same home"
@@ -46,7 +51,7 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	cp dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/ml-assets demo --model $(MODEL) $(if $(DAY),--day $(DAY),)
+	$(WITH_MODELS) $(BIN)/ml-assets demo --model $(MODEL) $(if $(DAY),--day $(DAY),)
 
 # Two workers (the machines have 2 cores; much of the suite waits on servers and subprocesses); a
 # test file stays on one worker so its module fixtures (servers, databases) are set up once.
@@ -55,14 +60,14 @@ test: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(WITH_MODELS) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 mlflow-ui: install
 	$(BIN)/mlflow ui --backend-store-uri "sqlite:///$(ML_ASSETS_HOME)/mlflow/mlflow.db" --host 127.0.0.1 --port 5000
 
 materialize: install $(DAGSTER_HOME)/dagster.yaml
 	@test -n "$(DAY)" || (echo "usage: make materialize DAY=YYYY-MM-DD [MODEL=$(MODEL)]" && exit 2)
-	$(BIN)/dagster asset materialize -m ml_assets --select 'group:$(MODEL)' --partition $(DAY)
+	$(WITH_MODELS) $(BIN)/dagster asset materialize -m ml_assets --select 'group:$(MODEL)' --partition $(DAY)
 
 # Production (docs/deployment.md): the PostgreSQL-backed instance with queue, pools, run monitoring.
 production-instance:

@@ -55,9 +55,9 @@ def bundled_inputs(root: Path, train_days: int) -> dict:
 
 def spec_training() -> dict:
     """The bundled spec's training hyperparameters as TrainConfig fields."""
-    t = SPEC.training
+    t, m = SPEC.training, SPEC.model
     return {"batch_size": t.batch_size, "learning_rate": t.learning_rate, "weight_decay": t.weight_decay,
-            "hidden_sizes": list(t.hidden_sizes), "dropout": t.dropout, "seed": t.seed, "family": t.family,
+            "hidden_sizes": m.layers, "dropout": m.dropout_rate, "seed": t.seed, "family": m.family_name,
             "grad_clip_norm": t.grad_clip_norm, "warmup_steps": t.warmup_steps}
 
 

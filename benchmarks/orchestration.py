@@ -74,6 +74,7 @@ from ml_assets.definitions import build_definitions, local_resources
 from ml_assets.defs.common import STAGES, asset_key
 from ml_assets.defs.model import BUILDERS
 from ml_assets.deploy.run_launcher import DUMP_STACKS, WORKER_PRELOAD
+from ml_assets.model_files import load_all_model_specs
 from ml_assets.records.runs import PID_TAG
 from ml_assets.resources import TorchrunLauncher
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
@@ -159,7 +160,7 @@ def _plain_graph_process(day: dt.date, window: list[dt.date]) -> None:
             importlib.import_module(module)
     seconds: dict[str, float] = {"imports": time.perf_counter() - started}
     settings = load_settings()
-    spec = next(s for s in load_specs(settings.models_dir) if s.name == MODEL)
+    spec = next(s for s in load_all_model_specs(settings.models_dirs) if s.name == MODEL)
     assets = dict(zip(STAGES, [build(spec) for build in BUILDERS], strict=True))
     resources = {**local_resources(settings), "launcher": PlainLauncher()}
     with dg.DagsterInstance.get() as source, dg.DagsterInstance.ephemeral() as instance:

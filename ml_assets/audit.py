@@ -17,10 +17,11 @@ from typing import Any
 
 from ml_assets import lineage as lin
 from ml_assets import promotion, registry
-from ml_assets.layout import WEIGHTS_FILE
+from ml_assets.layout import META_FILE, WEIGHTS_FILE
 from ml_assets.names import repo_for_model
 from ml_assets.processes import child_env
 from ml_assets.records import VersionTags
+from ml_assets.trainer import code_pin
 
 
 def _artifact_json(client, run_id: str, path: str) -> dict | None:
@@ -141,6 +142,17 @@ def render_markdown(a: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _factory_code(client, mv, recorded: dict, out: Path, registered_code: bool) -> str:
+    """Where the factory's code is read from: the recorded directory, or the registered copy."""
+    path = recorded.get("model_code_path") or ""
+    if not registered_code and (not path or Path(path).is_dir()):
+        return path
+    from ml_assets.serving.pyfunc import code_dir
+
+    local = registry.download_model(client, mv, out / "registered")
+    return str(code_dir(local / "artifacts" / META_FILE))
+
+
 @dataclass
 class Reproduction:
     identical: bool
@@ -150,8 +162,11 @@ class Reproduction:
     output_dir: str = ""
 
 
-def reproduce(client, model: str, version: str, workdir: Path, code_version: str) -> Reproduction:
-    """Retrain a registered version from its records and compare the weights' sha256."""
+def reproduce(client, model: str, version: str, workdir: Path, code_version: str,
+              registered_code: bool = False) -> Reproduction:
+    """Retrain a registered version from its records and compare the weights' sha256. A model
+    factory's code is the one at its recorded code path, which must still be the pinned code (else
+    the changed files are the reason), or with ``registered_code`` the copy registered with it."""
     import torch
 
     from ml_assets.trainer.config import TrainConfig
@@ -165,7 +180,16 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     if out.exists():  # an earlier reproduction: its finished checkpoint would be resumed, not retrained
         shutil.rmtree(out)
     recorded.update(output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"))
+    if recorded.get("model_factory"):
+        recorded["model_code_path"] = _factory_code(client, mv, recorded, out, registered_code)
     config = TrainConfig.from_dict(recorded)
+    if config.model_factory:
+        try:
+            code_pin.verify(config.model_code, config.model_code_path)
+        except code_pin.ModelContractError as exc:
+            return Reproduction(False, VersionTags.from_tags(mv.tags).checkpoint_sha256, None, reasons=[
+                f"{exc} (`ml-assets reproduce {model} --version {version} --registered-code` retrains with the "
+                "code registered with the version)"])
     workdir.mkdir(parents=True, exist_ok=True)
     path = out / "train_config.json"
     out.mkdir(parents=True, exist_ok=True)

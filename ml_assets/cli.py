@@ -8,7 +8,7 @@
     ml-assets promote MODEL VERSION --reason TEXT                make VERSION the champion (its gate must have passed)
     ml-assets rollback MODEL --reason TEXT                       the previous champion back
     ml-assets audit MODEL [--version N] [--format md|json]      evidence, data checks, promotions, pins
-    ml-assets reproduce MODEL --version N                        retrain from the records; compare weights
+    ml-assets reproduce MODEL --version N [--registered-code]    retrain from the records; compare weights
     ml-assets paths                                             where the local home keeps everything
 
 Exit codes: 0 done, 1 refused or failed (the message says why), 2 bad model name, version or input.
@@ -82,7 +82,7 @@ def _object_paths(settings: Settings, model: str):
     from ml_assets.spec import SpecError
 
     try:
-        spec = load_model_spec(settings.models_dir, check_model_name(model))
+        spec = load_model_spec(settings.models_dirs, check_model_name(model))
     except (SpecError, InvalidName):
         return None
     return lambda day: list(Layout.of(spec).object_paths(dt.date.fromisoformat(day)).values())
@@ -101,7 +101,7 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     settings = load_settings()
     sources.use_cache(settings.home / "cache")
     try:
-        spec = load_model_spec(settings.models_dir, model)
+        spec = load_model_spec(settings.models_dirs, model)
         first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
         if last < first:
             raise ValueError(f"--end {last} is before --start {first}")
@@ -165,7 +165,7 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     settings = load_settings()
     try:
         check_model_name(model)
-        spec = load_model_spec(settings.models_dir, model)
+        spec = load_model_spec(settings.models_dirs, model)
         if not reason.strip():
             raise ValueError("--reason must say why (it goes into the audit record)")
         if version is not None:
@@ -218,7 +218,7 @@ def audit(model: str, version: str | None, fmt: str) -> int:
     return 1 if found["mismatches"] else 0
 
 
-def reproduce(model: str, version: str, workdir: str | None) -> int:
+def reproduce(model: str, version: str, workdir: str | None, registered_code: bool = False) -> int:
     from ml_assets import audit as aud
     from ml_assets import registry
     from ml_assets.defs.common import package_code_version
@@ -227,7 +227,7 @@ def reproduce(model: str, version: str, workdir: str | None) -> int:
     settings = load_settings()
     where = Path(workdir) if workdir else settings.home / "reproduce"
     try:
-        result = aud.reproduce(_client(settings), model, version, where, package_code_version())
+        result = aud.reproduce(_client(settings), model, version, where, package_code_version(), registered_code)
     except (registry.RegistryError, InvalidName) as exc:
         return _bad("reproduce", str(exc))
     if result.identical:
@@ -288,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     rep.add_argument("model")
     rep.add_argument("--version", required=True)
     rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
+    rep.add_argument("--registered-code", action="store_true",
+                     help="a model factory's code: the copy registered with the version, not its recorded directory")
     sub.add_parser("paths", help="print where the local home keeps everything")
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
     server.add_argument("--host", default="127.0.0.1")
@@ -313,7 +315,7 @@ def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "audit":
         sys.exit(audit(args.model, args.version, args.format))
     if args.command == "reproduce":
-        sys.exit(reproduce(args.model, args.version, args.workdir))
+        sys.exit(reproduce(args.model, args.version, args.workdir, args.registered_code))
     if args.command == "replay-checks":
         sys.exit(replay_checks(args.model, args.start, args.end, args.json, args.ignore_waivers))
     if args.command == "demo":

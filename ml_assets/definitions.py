@@ -9,7 +9,7 @@ from ml_assets import sources
 from ml_assets.defs.model import build_model_defs
 from ml_assets.deploy.alerts.sensor import build_failure_alert_sensor
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
-from ml_assets.model_files import load_model_specs
+from ml_assets.model_files import load_all_model_specs
 from ml_assets.resources import (
     ArtifactStoreResource,
     CheckpointStoreResource,
@@ -117,7 +117,7 @@ def step_executor(settings: Settings, specs: list | None = None) -> dg.ExecutorD
 def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or load_settings()
     sources.use_cache(settings.home / "cache")
-    specs = load_model_specs(settings.models_dir)  # <name>.yaml specs and <name>/defs.yaml components
+    specs = load_all_model_specs(settings.models_dirs)  # <name>.yaml specs and <name>/defs.yaml components
     models = [build_model_defs(spec) for spec in specs]
     shared = dg.Definitions(resources=local_resources(settings), executor=step_executor(settings, specs),
                             sensors=[build_failure_alert_sensor(

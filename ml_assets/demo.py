@@ -30,7 +30,7 @@ def demo(model: str, day: str | None) -> int:
     from ml_assets.defs.common import asset_key
     from ml_assets.model_files import load_model_spec
 
-    spec = load_model_spec(settings.models_dir, model)
+    spec = load_model_spec(settings.models_dirs, model)
     # The window and every test day but the target's own are ingested first.
     before = spec.training.window_days + spec.evaluation.test_days - 1
     target = dt.date.fromisoformat(day) if day else spec.partitioning.start + dt.timedelta(days=before)

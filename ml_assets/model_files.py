@@ -8,7 +8,7 @@ way (docs/components.md). No dagster import here: the spec loader and the CLI re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ml_assets.spec import ModelSpec, SpecError, load_spec, load_specs
@@ -88,7 +88,21 @@ def model_spec_file(models_dir: Path, name: str) -> Path:
     return next((p for p in [*plain, *components] if p.is_file()), plain[0])
 
 
-def load_model_spec(models_dir: Path, name: str) -> ModelSpec:
-    """Model ``name``'s spec, in whichever form it is declared."""
-    path = model_spec_file(models_dir, name)
+def load_model_spec(models_dirs: Path | Sequence[Path], name: str) -> ModelSpec:
+    """Model ``name``'s spec, in whichever form and whichever of the directories it is declared."""
+    dirs = [models_dirs] if isinstance(models_dirs, Path) else list(models_dirs)
+    paths = [model_spec_file(d, name) for d in dirs]
+    path = next((p for p in paths if p.is_file()), paths[0])
     return load_component_spec(path) if path.name in COMPONENT_FILES else load_spec(path)
+
+
+def load_all_model_specs(models_dirs: Sequence[Path]) -> list[ModelSpec]:
+    """Every model of several directories; a name declared in two of them is refused."""
+    specs: dict[str, tuple[ModelSpec, Path]] = {}
+    for models_dir in models_dirs:
+        for spec in load_model_specs(models_dir):
+            if spec.name in specs:
+                raise SpecError(f"{models_dir}: name: model {spec.name!r} is also declared in {specs[spec.name][1]}; "
+                                "keep one of them")
+            specs[spec.name] = (spec, models_dir)
+    return sorted((spec for spec, _ in specs.values()), key=lambda spec: spec.name)

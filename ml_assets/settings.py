@@ -26,7 +26,8 @@ Read from the environment when definitions are built (never at import time):
   measures the default.
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the checkout, or in the working directory when the package is installed elsewhere).
-- ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``).
+- ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``), or
+  several separated by ``:`` (``make demo MODEL=flights_delay_ft`` adds ``examples/ft_transformer``).
 - ``ML_ASSETS_VERSION_STORE``: ``local`` (default, the embedded store under the home) or ``lakefs``
   (then ``LAKEFS_ENDPOINT``, ``LAKEFS_ACCESS_KEY_ID``, ``LAKEFS_SECRET_ACCESS_KEY`` and
   ``LAKEFS_STORAGE_NAMESPACE`` are read from the environment when a run needs them).
@@ -63,7 +64,8 @@ def _default_home() -> Path:
 class Settings:
     environment: str
     home: Path
-    models_dir: Path
+    models_dirs: tuple[Path, ...]
+    """Where model specs are declared, searched in order (a name declared in two of them is refused)."""
     version_store: str = "local"
     # Production: service locations from the environment (None locally: everything under the home).
     tracking_uri: str | None = None
@@ -157,7 +159,8 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
             "(docs/deployment.md, docs/kubernetes.md)"
         )
     home = Path(env.get("ML_ASSETS_HOME") or _default_home()).expanduser().resolve()
-    models_dir = Path(env.get("ML_ASSETS_MODELS_DIR") or BUNDLED_MODELS_DIR).expanduser().resolve()
+    models_dirs = tuple(Path(p).expanduser().resolve()
+                        for p in (env.get("ML_ASSETS_MODELS_DIR") or str(BUNDLED_MODELS_DIR)).split(os.pathsep) if p)
     version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
     if version_store not in VERSION_STORES:
         raise SettingsError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
@@ -171,7 +174,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
             raise SettingsError(f"{name}={value!r} is not a positive integer")
         counts[name] = int(value)
     if environment == "local":
-        return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
+        return Settings(environment=environment, home=home, models_dirs=models_dirs, version_store=version_store,
                         executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
     required = PRODUCTION_REQUIRED + (K8S_REQUIRED if environment == "k8s" else ())
     missing = [name for name in required if not env.get(name, "").strip()]
@@ -190,7 +193,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     for name, url in urls.items():
         if "://" not in url:
             raise SettingsError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
-    return Settings(environment=environment, home=home, models_dir=models_dir, version_store=version_store,
+    return Settings(environment=environment, home=home, models_dirs=models_dirs, version_store=version_store,
                     tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
                     objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,

@@ -13,9 +13,11 @@ from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec, TrainingSpec, load_spec
 from ml_assets.spec.trainer_config import (
     FROM_ELSEWHERE,
+    FROM_MODEL,
     FROM_TRAINING,
     NESTED,
     NOT_FOR_TRAINER,
+    model_settings,
     train_config,
 )
 from ml_assets.trainer.config import DataRef, TrainConfig
@@ -27,10 +29,11 @@ TRAIN = [DataRef(uri=f"file:///features/date=2013-01-0{d}/part.parquet", sha256=
 VAL = [DataRef(uri="file:///features/date=2013-01-03/part.parquet", sha256="3" * 64, day="2013-01-03", commit="c0ffee")]
 STATE = DataRef(uri="file:///state/feature_state.json", sha256="f" * 64)
 # Every setting that reaches the trainer, away from its default: a setting read into the wrong field shows.
+EVERY_MODEL_SETTING_CHANGED = {"family": "residual_mlp", "hidden_sizes": [16, 8, 4], "dropout": 0.2}
 EVERY_SETTING_CHANGED = {
-    "family": "residual_mlp", "epochs": 3, "batch_size": 64, "grad_accum_steps": 2, "learning_rate": 0.01,
-    "weight_decay": 0.001, "warmup_steps": 5, "min_lr_ratio": 0.1, "grad_clip_norm": 0.5, "hidden_sizes": [16, 8, 4],
-    "dropout": 0.2, "activation_checkpointing": True, "precision": "bf16", "deterministic": True, "seed": 7,
+    "epochs": 3, "batch_size": 64, "grad_accum_steps": 2, "learning_rate": 0.01,
+    "weight_decay": 0.001, "warmup_steps": 5, "min_lr_ratio": 0.1, "grad_clip_norm": 0.5,
+    "activation_checkpointing": True, "precision": "bf16", "deterministic": True, "seed": 7,
     "report_every_steps": 10, "early_stopping": {"patience": 2, "min_delta": 0.01},
     "checkpoint": {"every_steps": 100, "every_seconds": 60, "keep_last": 3, "async": "process",
                    "preemption_grace_seconds": 30, "orphan_grace_seconds": 10, "lease_ttl_seconds": 60,
@@ -79,10 +82,12 @@ def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
         model=spec.name, task=spec.target.task, classes=list(spec.target.classes or []),
         train_files=train_refs, val_files=val_refs,
         feature_state=state, output_dir=output_dir,
-        family=training.family, epochs=training.epochs, batch_size=training.batch_size,
+        family=spec.model.family_name, epochs=training.epochs, batch_size=training.batch_size,
         grad_accum_steps=training.grad_accum_steps, learning_rate=training.learning_rate,
         weight_decay=training.weight_decay, warmup_steps=training.warmup_steps, min_lr_ratio=training.min_lr_ratio,
-        grad_clip_norm=training.grad_clip_norm, hidden_sizes=list(training.hidden_sizes), dropout=training.dropout,
+        grad_clip_norm=training.grad_clip_norm, hidden_sizes=spec.model.layers, dropout=spec.model.dropout_rate,
+        model_factory=spec.model.module or "", model_params=dict(spec.model.params),
+        model_code_path=spec.model.code_path or "",
         activation_checkpointing=training.activation_checkpointing, precision=training.precision,
         early_stopping_patience=training.early_stopping.patience,
         early_stopping_min_delta=training.early_stopping.min_delta, seed=training.seed,
@@ -96,13 +101,14 @@ def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
         lease_ttl_seconds=training.checkpoint.lease_ttl_seconds,
         lease_wait_seconds=training.checkpoint.lease_wait_seconds, owner=owner,
     )
-    values.update(config_overrides(overrides or {}, list(training.hidden_sizes)))
+    values.update(config_overrides(overrides or {}, spec.model.layers, spec.model.params))
     return TrainConfig(**values)
 
 
 def _every_setting_changed() -> ModelSpec:
     data = yaml.safe_load(BUNDLED_SPEC.read_text())
     data["training"] = {**data.get("training", {}), **EVERY_SETTING_CHANGED}
+    data["model"] = EVERY_MODEL_SETTING_CHANGED
     return ModelSpec.model_validate(data)
 
 
@@ -118,6 +124,14 @@ def test_every_trainer_field_comes_from_one_training_setting_or_is_declared_from
     assert not unknown, (f"TrainConfig fields with no training setting {unknown}: name its setting in NESTED, "
                          "or declare the field in FROM_ELSEWHERE")
     assert len(set(FROM_TRAINING.values())) == len(FROM_TRAINING), "two TrainConfig fields read one setting"
+
+
+def test_the_model_section_gives_its_fields_and_no_other_source_does():
+    spec = SPECS["every_setting_changed"]()
+    assert set(model_settings(spec)) == FROM_MODEL
+    assert not FROM_MODEL & (set(FROM_TRAINING) | FROM_ELSEWHERE)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert names == set(FROM_TRAINING) | FROM_ELSEWHERE | FROM_MODEL
 
 
 def test_every_training_setting_reaches_the_trainer_or_is_declared_not_for_it():
@@ -138,7 +152,7 @@ def test_config_is_the_hand_copied_one(name: str, overrides: dict | None):
 
     assert config == _hand_copied(*args, owner="Dagster run 1234")
     assert config.fingerprint() == _hand_copied(*args).fingerprint()
-    assert config.hidden_sizes is not spec.training.hidden_sizes
+    assert config.hidden_sizes is not spec.model.hidden_sizes
 
 
 def test_each_setting_lands_in_its_own_field():
@@ -146,4 +160,5 @@ def test_each_setting_lands_in_its_own_field():
     defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                 for f in dataclasses.fields(TrainConfig)}
     assert [f for f in FROM_TRAINING if getattr(config, f) == defaults[f]] == []
+    assert (config.family, config.hidden_sizes, config.dropout) == ("residual_mlp", [16, 8, 4], 0.2)
     assert (config.checkpoint_async, config.keep_last, config.prefetch_factor) == ("process", 3, 4)

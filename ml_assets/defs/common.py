@@ -19,6 +19,8 @@ from ml_assets.records import Provenance
 from ml_assets.resources.links import DagsterLinksResource
 from ml_assets.settings import PACKAGE_DIR
 from ml_assets.spec import ModelSpec
+from ml_assets.spec.architecture import ArchitectureSpec
+from ml_assets.trainer import code_pin
 
 # The concurrency pool of steps that train (trained_checkpoint, hyperparameters): its limit is the
 # number of trainings that may hold the machine's (or cluster's) GPUs at once.
@@ -50,13 +52,17 @@ def partition_day(context: dg.AssetExecutionContext) -> dt.date:
     return check_partition_key(context.partition_key)
 
 
-def code_version(spec: ModelSpec, sections: tuple[str, ...], *modules: str) -> str:
+def code_version(spec: ModelSpec, sections: tuple[str, ...], *modules: str,
+                 factory: ArchitectureSpec | None = None) -> str:
     """Changes when the spec sections a stage reads, or the code it runs, change.
 
     Modules (or whole packages) are named, not imported: their source files are hashed, so building definitions does not
-    import torch or scikit-learn.
+    import torch or scikit-learn. With ``factory``, a model factory's package is pinned the same way
+    (ml_assets.trainer.code_pin), as the trainer pins it.
     """
     digest = hashlib.sha256(spec.fingerprint(*sections).encode())
+    if factory is not None and factory.module:
+        digest.update(code_pin.pin(factory.module, factory.code_path or "")["sha256"].encode())
     for name in modules:
         found = importlib.util.find_spec(name)
         if found is None or found.origin is None:

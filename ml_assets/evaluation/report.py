@@ -84,7 +84,7 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
     from ml_assets.trainer.data import read_frame
 
     task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
-    loaded = load_checkpoint(ckpt.weights, ckpt.meta)
+    loaded = load_checkpoint(ckpt.weights, ckpt.meta, spec.model.code_path or "")
     frame = read_frame(tests)
     try:
         check_rows(spec, frame, "test days", tuple(dt.date.fromisoformat(str(r.day)) for r in tests),

@@ -74,6 +74,10 @@ class VersionTags:
     task: str = ""
     """Multiclass only (with ``classes``): a scorer reading the tags knows what it predicts."""
     classes: list[str] = dataclasses.field(default_factory=list)
+    model_factory: str = ""
+    """A model of the team's own: its factory's import path (absent for a built-in family)."""
+    model_code_sha256: str = ""
+    """And the sha256 its code was pinned by (ml_assets.trainer.code_pin)."""
     gate: GateTags | None = None
 
     def to_tags(self) -> dict[str, str]:
@@ -81,6 +85,8 @@ class VersionTags:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "gate" or (f.name in ("task", "classes") and not self.classes):
+                continue
+            if f.name in ("model_factory", "model_code_sha256") and not value:
                 continue
             tags[f.name] = json.dumps(value, sort_keys=True) if f.name in _JSON_TAGS else str(value)
         return {**tags, **(self.gate.to_tags() if self.gate else {})}

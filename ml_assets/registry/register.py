@@ -46,7 +46,18 @@ def version_tags(step: Step, ckpt: CheckpointRecord, evaluation: EvaluationRecor
         feature_state_uri=str(ckpt.feature_state_uri), world_size=str(result.world_size), seed=str(spec.training.seed),
         torch_version=result.torch_version,
         hyperparameters_source=str(ckpt.hyperparameters.get("source", "spec"))[:4000],
-        task=spec.target.task if spec.target.classes else "", classes=list(spec.target.classes or []))
+        task=spec.target.task if spec.target.classes else "", classes=list(spec.target.classes or []),
+        **factory_tags(ckpt))
+
+
+def factory_tags(ckpt: CheckpointRecord) -> dict[str, str]:
+    """A factory's import path and code pin, as trained (from the checkpoint's training config)."""
+    from ml_assets.trainer.config import TrainConfig
+
+    cfg = TrainConfig.from_dict(ckpt.training_config)
+    if not cfg.model_factory:
+        return {}
+    return {"model_factory": cfg.model_factory, "model_code_sha256": cfg.model_code["sha256"]}
 
 
 def gate_tags(evaluation: EvaluationRecord) -> GateTags:

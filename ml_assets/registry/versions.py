@@ -118,13 +118,16 @@ def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:
 
 def load_version(client: MlflowClient, mv: ModelVersion) -> LoadedCheckpoint:
     """A registered version as the evaluation loads a fresh checkpoint (verified, pickle-free)."""
-    from ml_assets.serving.pyfunc import model_files
+    from ml_assets.serving.pyfunc import code_dir, model_files
     from ml_assets.trainer.checkpoint import load_checkpoint
     from ml_assets.trainer.config import DataRef
 
     with tempfile.TemporaryDirectory(prefix="ml_assets-version-") as tmp:
-        files = model_files(download_model(client, mv, Path(tmp)))
+        local = download_model(client, mv, Path(tmp))
+        files = model_files(local)
         meta = files[META_FILE]
+        # A factory's model is rebuilt from the code registered with it (its pin is checked).
         return load_checkpoint(DataRef(uri=str(files[WEIGHTS_FILE]), sha256=VersionTags.from_tags(mv.tags).checkpoint_sha256),
-                               DataRef(uri=str(meta), sha256=hashlib.sha256(meta.read_bytes()).hexdigest()))
+                               DataRef(uri=str(meta), sha256=hashlib.sha256(meta.read_bytes()).hexdigest()),
+                               code_path=str(code_dir(meta)))
 

@@ -33,6 +33,11 @@ class TrainingOutcome:
         return next(iter(self._of_kind("lease_held")), None)
 
     @property
+    def refused(self) -> dict | None:
+        """The trainer's report that its input cannot be trained (a model factory that breaks its contract)."""
+        return next(iter(self._of_kind("refused")), None)
+
+    @property
     def progress(self) -> list[dict]:
         return self._of_kind("progress")
 

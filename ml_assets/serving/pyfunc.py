@@ -51,8 +51,8 @@ class TabularModel(mlflow.pyfunc.PythonModel):
         from safetensors.torch import load as safetensors_load
 
         from ml_assets.spec import ModelSpec
+        from ml_assets.trainer.build import rebuild
         from ml_assets.trainer.checkpoint import LoadedCheckpoint
-        from ml_assets.trainer.model import build_model
 
         paths = {name: Path(context.artifacts[name]) for name in FILES}
         meta = json.loads(paths[META_FILE].read_bytes())
@@ -60,7 +60,8 @@ class TabularModel(mlflow.pyfunc.PythonModel):
             if _sha(paths[name]) != meta[key]:
                 raise ValueError(f"{paths[name]}: sha256 does not match meta.json's {key}; the model files are damaged")
         self.spec = ModelSpec.model_validate(json.loads(paths["spec.json"].read_bytes()))
-        model = build_model(meta["model_config"])
+        # A factory's package travels in the model directory's code/ (MLflow's code_paths).
+        model = rebuild(meta, str(code_dir(paths[META_FILE])))
         model.load_state_dict(safetensors_load(paths[WEIGHTS_FILE].read_bytes()))
         model.eval()
         self.loaded = LoadedCheckpoint(model, meta, json.loads(paths[FEATURE_STATE_FILE].read_bytes()))
@@ -87,6 +88,11 @@ class TabularModel(mlflow.pyfunc.PythonModel):
             return frame
         lazy = build._time_parts(self.spec, build.dated(self.spec, frame.lazy()), streaming=False)
         return lazy.collect(engine="in-memory").select([*frame.columns, *sorted(missing)])
+
+
+def code_dir(artifact: Path) -> Path:
+    """The model directory's ``code/`` (where MLflow copies ``code_paths``), from one of its artifacts."""
+    return artifact.parent.parent / "code"
 
 
 def class_frame(probabilities, classes: list[str]):
@@ -142,8 +148,20 @@ def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
                 str(path), python_model=str(CODE), artifacts=artifacts, signature=signature,
                 # Pinned here: inferring requirements would load and run the model in a subprocess.
                 pip_requirements=[f"ml-assets=={_version()}", f"mlflow=={mlflow.__version__}"],
+                code_paths=_factory_code(json.loads(files[META_FILE]), spec),
             )
     return path
+
+
+def _factory_code(meta: dict, spec) -> list[str] | None:
+    """A factory's package directory (or module file), checked against its pin, to travel with the model."""
+    if "model_factory" not in meta:
+        return None
+    from ml_assets.trainer import code_pin
+
+    pinned = meta["model_factory"]["code"]
+    code_pin.verify(pinned, spec.model.code_path or "")
+    return [str(code_pin.package_root(pinned["module"], spec.model.code_path or ""))]
 
 
 def model_files(model_dir: Path) -> dict[str, Path]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from ml_assets.spec.architecture import resolve_code_path
 from ml_assets.spec.model import ModelSpec
 
 
@@ -38,9 +39,11 @@ def spec_from_data(data: dict, path: Path, name: str, named_by: str = "file name
     """``data`` validated as a spec, the messages naming ``path``; the spec's name must be ``name``
     (what ``named_by``, the file or the folder, says it is)."""
     try:
-        spec = ModelSpec.model_validate(data)
+        spec = ModelSpec.model_validate(resolve_code_path(data, path))
     except ValidationError as exc:
         raise SpecError(_format_errors(path, exc)) from None
+    except ValueError as exc:
+        raise SpecError(f"{path}: {exc}") from None
     if spec.name != name:
         raise SpecError(f"{path}: name: {spec.name!r} must match the {named_by} {name!r}")
     return spec

@@ -8,6 +8,7 @@ import json
 from pydantic import Field, field_validator, model_validator
 
 from ml_assets.names import InvalidName, check_model_name
+from ml_assets.spec.architecture import ArchitectureSpec, move_legacy
 from ml_assets.spec.base import StrictModel
 from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
 from ml_assets.spec.features import FeaturesSpec
@@ -17,7 +18,7 @@ from ml_assets.spec.schema import TIMESTAMP_DTYPES, DataSchema
 from ml_assets.spec.source import SourceSpec
 from ml_assets.spec.target import TargetSpec
 from ml_assets.spec.training import TrainingSpec
-from ml_assets.spec.tuning import TuningSpec
+from ml_assets.spec.tuning import BUILT_IN_TUNABLE, PARAMS_PREFIX, TuningSpec
 from ml_assets.spec.validation import ValidationSpec
 
 
@@ -31,10 +32,16 @@ class ModelSpec(StrictModel):
     target: TargetSpec
     features: FeaturesSpec
     validation: ValidationSpec = ValidationSpec()
+    model: ArchitectureSpec = ArchitectureSpec()
     training: TrainingSpec = TrainingSpec()
     tuning: TuningSpec = TuningSpec()
     evaluation: EvaluationSpec
     promotion: PromotionSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_model_settings(cls, data: object) -> object:
+        return move_legacy(data)
 
     @field_validator("name")
     @classmethod
@@ -51,6 +58,17 @@ class ModelSpec(StrictModel):
         if classes is not None and self.evaluation.top_k >= len(classes):
             raise ValueError(f"evaluation.top_k: {self.evaluation.top_k} is not below the {len(classes)} "
                              "target.classes")
+        return self
+
+    @model_validator(mode="after")
+    def _tunable(self) -> ModelSpec:
+        space = set(self.tuning.space)
+        if self.model.custom:
+            if wrong := sorted(space & BUILT_IN_TUNABLE):
+                raise ValueError(f"tuning.space: {wrong} tune the built-in families; the factory "
+                                 f"{self.model.module!r} is tuned through params.<name>")
+        elif wrong := sorted(s for s in space if s.startswith(PARAMS_PREFIX)):
+            raise ValueError(f"tuning.space: {wrong} tune a factory's params; set model.module")
         return self
 
     @model_validator(mode="after")
@@ -111,6 +129,8 @@ class ModelSpec(StrictModel):
             data.get("validation", {}).pop("waivers", None)
             # Where the training pods are scheduled does not change what they learn.
             data.get("training", {}).pop("pod", None)
+        # Where the factory's code lies is not what it is: its content is pinned by sha256 instead.
+        data.get("model", {}).pop("code_path", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -1,8 +1,8 @@
 """The trainer's config (``TrainConfig``) from a spec: each of its fields has one declared source.
 
 A TrainConfig field is either the training setting of the same name, a nested training setting
-named in ``NESTED``, or one of ``FROM_ELSEWHERE``; a training setting either reaches the trainer
-or is one of ``NOT_FOR_TRAINER``. ml_assets_tests/test_spec_trainer_config.py holds both sides to it.
+named in ``NESTED``, a model setting named in ``FROM_MODEL``, or one of ``FROM_ELSEWHERE``; a
+training setting either reaches the trainer or is one of ``NOT_FOR_TRAINER``. ml_assets_tests/test_spec_trainer_config.py holds both sides to it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ FROM_ELSEWHERE = frozenset({
     "model", "task", "classes",
     "train_files", "val_files", "feature_state", "output_dir", "owner",
     "checkpoint_dir", "max_steps", "threads", "epoch_log",
+    "model_code",  # the factory's code pin, taken when the config is made
 })
+# TrainConfig fields the model section gives (ml_assets.spec.architecture; model_settings).
+FROM_MODEL = frozenset({"family", "hidden_sizes", "dropout", "model_factory", "model_params", "model_code_path"})
 # TrainConfig field -> its training setting in a subsection (``training.<path>``).
 NESTED = {
     "early_stopping_patience": "early_stopping.patience",
@@ -46,18 +49,29 @@ NOT_FOR_TRAINER = frozenset({
     "processes_per_node", "nodes", "gpus_per_node", "pod", "max_restarts", "retries", "max_runtime_minutes",
 })
 # Every TrainConfig field read from the training section -> where it is read there.
-FROM_TRAINING = {f.name: NESTED.get(f.name, f.name) for f in fields(TrainConfig) if f.name not in FROM_ELSEWHERE}
+FROM_TRAINING = {f.name: NESTED.get(f.name, f.name) for f in fields(TrainConfig)
+                 if f.name not in FROM_ELSEWHERE and f.name not in FROM_MODEL}
 
 
 def train_config(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[DataRef], state: DataRef,
                  output_dir: str, overrides: dict | None = None, owner: str = "") -> TrainConfig:
     """The trainer's config from the spec's training section, with tuned values on top."""
     values = {name: training_setting(spec.training, path) for name, path in FROM_TRAINING.items()}
+    values.update(model_settings(spec))
     values.update(model=spec.name, task=spec.target.task, classes=list(spec.target.classes or []),
                   train_files=train_refs, val_files=val_refs, feature_state=state, output_dir=output_dir,
                   owner=owner)
-    values.update(config_overrides(overrides or {}, list(spec.training.hidden_sizes)))
+    values.update(config_overrides(overrides or {}, spec.model.layers, spec.model.params))
     return TrainConfig(**values)
+
+
+def model_settings(spec: ModelSpec) -> dict:
+    """The TrainConfig fields the model section gives (FROM_MODEL names them)."""
+    model = spec.model
+    values = {"family": model.family_name, "hidden_sizes": model.layers, "dropout": model.dropout_rate,
+              "model_factory": model.module or "", "model_params": copy.deepcopy(model.params),
+              "model_code_path": model.code_path or ""}
+    return values
 
 
 def training_setting(training: TrainingSpec, path: str) -> object:

@@ -1,4 +1,5 @@
-"""The spec's ``training`` section: the training window, the network, the optimizer and how it runs."""
+"""The spec's ``training`` section: the training window, the optimizer and how it runs (the network
+is the ``model`` section, ml_assets.spec.architecture)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,6 @@ class TrainingSpec(StrictModel):
         "train and evaluate on the other days, listing the skipped ones"))
     max_missing_days: int = Field(default=0, ge=0, le=365, description=(
         "with missing_days: skip, the most days of the window and the test days that may be missing"))
-    family: Literal["mlp", "residual_mlp"] = "mlp"
     epochs: PositiveInt = 8
     batch_size: PositiveInt = 256
     grad_accum_steps: PositiveInt = 1
@@ -58,8 +58,6 @@ class TrainingSpec(StrictModel):
     warmup_steps: int = Field(default=0, ge=0)
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     grad_clip_norm: float = Field(default=1.0, ge=0)
-    hidden_sizes: list[PositiveInt] = Field(default=[64, 32], min_length=1)
-    dropout: float = Field(default=0.1, ge=0, lt=1)
     activation_checkpointing: bool = False
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()

@@ -10,6 +10,9 @@ from ml_assets.spec.base import PositiveInt, StrictModel
 
 TUNABLE = ("learning_rate", "weight_decay", "batch_size", "dropout", "width", "depth", "warmup_steps",
            "grad_clip_norm", "family")
+BUILT_IN_TUNABLE = frozenset({"dropout", "width", "depth", "family"})
+"""What tunes a built-in family's network; a factory's hyperparameters are ``params.<name>``."""
+PARAMS_PREFIX = "params."
 
 
 class RangeSpec(StrictModel):
@@ -20,6 +23,8 @@ class RangeSpec(StrictModel):
     log: bool = False
     step: float | None = None
     choices: list[str | int | float] | None = None
+    integer: bool = Field(default=False, description=(
+        "draw whole numbers (batch_size, width, depth and warmup_steps always do): for a factory's params"))
 
     @model_validator(mode="after")
     def _one_kind(self) -> RangeSpec:
@@ -67,9 +72,10 @@ class TuningSpec(StrictModel):
     @field_validator("space")
     @classmethod
     def _known(cls, value: dict[str, RangeSpec]) -> dict[str, RangeSpec]:
-        unknown = sorted(set(value) - set(TUNABLE))
+        unknown = sorted(k for k in set(value) - set(TUNABLE)
+                         if not (k.startswith(PARAMS_PREFIX) and k[len(PARAMS_PREFIX):].isidentifier()))
         if unknown:
-            raise ValueError(f"cannot tune {unknown}; tunable: {list(TUNABLE)}")
+            raise ValueError(f"cannot tune {unknown}; tunable: {list(TUNABLE)} and a factory's params.<name>")
         if not value:
             raise ValueError("the search space is empty")
         return value

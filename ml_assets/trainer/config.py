@@ -18,8 +18,11 @@ NOT_TRAINING = frozenset({
     "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
     "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
     "prefetch_factor", "threads", "epoch_log", "owner", "orphan_grace_seconds", "lease_ttl_seconds",
-    "lease_wait_seconds",
+    "lease_wait_seconds", "model_code_path",
 })
+# Fields added after checkpoints existed: at their defaults they stay out of the fingerprint, so
+# configs written before them keep theirs (and resume their checkpoints).
+LATER_DEFAULTS = {"classes": [], "model_factory": "", "model_params": {}, "model_code": {}}
 MAX_LEASE_WAIT_SECONDS = 480.0
 """While rank 0 waits for the checkpoint lease, the other ranks wait for its verdict in a collective,
 which NCCL times out after 10 minutes."""
@@ -72,6 +75,15 @@ class TrainConfig:
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 32])
     """MLP: the hidden layers. residual_mlp: width hidden_sizes[0], one block per entry."""
     dropout: float = 0.1
+    model_factory: str = ""
+    """A factory's import path, ``package.module:build`` (ml_assets.trainer.contract), instead of a
+    built-in family; family, hidden_sizes and dropout then do not apply."""
+    model_params: dict = field(default_factory=dict)
+    """The factory's keyword arguments (its hyperparameters)."""
+    model_code: dict = field(default_factory=dict)
+    """The factory's code pin (ml_assets.trainer.code_pin.pin); computed when left empty."""
+    model_code_path: str = ""
+    """A directory searched for the factory's package before the installed packages."""
     activation_checkpointing: bool = False
     """Recompute hidden blocks in backward instead of storing activations (less memory, more time)."""
     precision: str = "auto"
@@ -158,8 +170,27 @@ class TrainConfig:
         need(self.lease_ttl_seconds >= 3, f"lease_ttl_seconds must be >= 3, got {self.lease_ttl_seconds}")
         need(0 <= self.lease_wait_seconds <= MAX_LEASE_WAIT_SECONDS,
              f"lease_wait_seconds must be in [0, {MAX_LEASE_WAIT_SECONDS:g}], got {self.lease_wait_seconds}")
+        if self.model_factory:
+            self._pin_code(problems)
+        elif self.model_params or self.model_code:
+            problems.append("model_params and model_code apply with model_factory")
         if problems:
             raise ValueError("invalid training config: " + "; ".join(problems))
+
+    def _pin_code(self, problems: list[str]) -> None:
+        from ml_assets.trainer.code_pin import IMPORT_PATH
+
+        if not IMPORT_PATH.match(self.model_factory):
+            problems.append(f"model_factory {self.model_factory!r} is not 'package.module:factory'")
+        elif not self.model_code:
+            from ml_assets.trainer.code_pin import pin
+
+            try:  # frozen: the pin is part of what the config is, filled in once here
+                object.__setattr__(self, "model_code", pin(self.model_factory, self.model_code_path))
+            except ValueError as exc:
+                problems.append(str(exc))
+        elif not isinstance(self.model_code.get("sha256"), str):
+            problems.append("model_code has no sha256")
 
     @property
     def n_outputs(self) -> int:
@@ -175,8 +206,11 @@ class TrainConfig:
         A file's version-store commit is lineage, not content: the same bytes reached through a
         later commit train the same weights and may resume the same checkpoints."""
         kept = {k: v for k, v in asdict(self).items() if k not in NOT_TRAINING}
-        if not kept["classes"]:  # configs from before multiclass keep their fingerprint (and checkpoints)
-            del kept["classes"]
+        for name, default in LATER_DEFAULTS.items():
+            if kept[name] == default:
+                del kept[name]
+        if "model_code" in kept:  # the content's digest; the file list is what it digests
+            kept["model_code"] = kept["model_code"]["sha256"]
         for key in ("train_files", "val_files"):
             kept[key] = [{k: v for k, v in ref.items() if k != "commit"} for ref in kept[key]]
         kept["feature_state"] = {k: v for k, v in kept["feature_state"].items() if k != "commit"}

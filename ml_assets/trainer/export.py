@@ -15,8 +15,8 @@ from safetensors.torch import save as safetensors_save
 
 from ml_assets.layout import FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
 from ml_assets.storage import read_verified as _read_verified
+from ml_assets.trainer.build import rebuild
 from ml_assets.trainer.config import DataRef
-from ml_assets.trainer.model import build_model
 
 
 def _contiguous(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -46,8 +46,10 @@ class LoadedCheckpoint:
     feature_state: dict
 
 
-def load_checkpoint(weights: DataRef, meta: DataRef) -> LoadedCheckpoint:
-    """An exported model, every file verified against its sha256; no pickle anywhere."""
+def load_checkpoint(weights: DataRef, meta: DataRef, code_path: str = "") -> LoadedCheckpoint:
+    """An exported model, every file verified against its sha256; no pickle anywhere. A factory's
+    model is rebuilt from its pinned code (searched in ``code_path`` first)."""
+
     meta_dict = json.loads(_read_verified(meta.uri, meta.sha256))
     if meta_dict.get("weights_sha256") != weights.sha256:
         raise ValueError(f"{meta.uri} describes weights {meta_dict.get('weights_sha256')}, not {weights.sha256}")
@@ -55,7 +57,7 @@ def load_checkpoint(weights: DataRef, meta: DataRef) -> LoadedCheckpoint:
         raise ValueError(f"{meta.uri}: export format {meta_dict.get('format')!r} is not 'safetensors'")
     base = weights.uri.rsplit("/", 1)[0]
     state = json.loads(_read_verified(f"{base}/{FEATURE_STATE_FILE}", meta_dict["feature_state_sha256"]))
-    model = build_model(meta_dict["model_config"])
+    model = rebuild(meta_dict, code_path)
     model.load_state_dict(safetensors_load(_read_verified(weights.uri, weights.sha256)))
     model.eval()
     return LoadedCheckpoint(model, meta_dict, state)

@@ -31,7 +31,7 @@ class Trainer(CheckpointedTrainer):
         if p.done:
             self.log("the checkpoint says training already finished; exporting")
             return
-        self.log(f"training {cfg.model} ({cfg.family}): {len(self.train_t[2])} rows, {len(self.val_t[2])} validation rows, "
+        self.log(f"training {cfg.model} ({self.model_name}): {len(self.train_t[2])} rows, {len(self.val_t[2])} validation rows, "
                  f"{self.rt.world} rank(s) on {self.rt.device}, {cfg.epochs} epochs x {self.steps_per_epoch} steps, "
                  f"micro-batch {self.micro_batch} x {cfg.grad_accum_steps} accumulation, precision "
                  f"{self.autocast_dtype or torch.float32}")

@@ -16,11 +16,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ml_assets.features.state import cardinalities
+from ml_assets.trainer.build import build
 from ml_assets.trainer.checkpoint import CheckpointManager
 from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.contract import SAMPLE_ROWS
 from ml_assets.trainer.data import check_class_indices, read_frame, read_state, to_tensors
-from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
 from ml_assets.trainer.progress import Progress
 from ml_assets.trainer.runtime import Runtime, choose_precision
 
@@ -54,11 +54,8 @@ class TrainerSetup:
         if cfg.task == "multiclass_classification":
             check_class_indices(self.train_t[2], cfg.classes, "training")
             check_class_indices(self.val_t[2], cfg.classes, "validation")
-        self.model_config = ModelConfig(
-            n_numeric=self.train_t[0].shape[1], cardinalities=cardinalities(self.state),
-            hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family, n_outputs=cfg.n_outputs,
-        )
-        self.model = build_model(self.model_config, cfg.activation_checkpointing).to(rt.device)
+        built = build(cfg, self.state, (self.train_t[0][:SAMPLE_ROWS], self.train_t[1][:SAMPLE_ROWS]))
+        self.model, self.model_rebuild, self.model_name = built.model.to(rt.device), built.rebuild, built.name
         self.param_names = [name for name, _ in self.model.named_parameters()]
         # One rank needs no gradient all-reduce: DDP would only add hooks and copies.
         self.net = self.model if rt.world == 1 else DistributedDataParallel(
@@ -75,7 +72,7 @@ class TrainerSetup:
             self.optimizer, warmup_cosine(cfg.warmup_steps, self.total_steps, cfg.min_lr_ratio))
         self.autocast_dtype, use_scaler = choose_precision(cfg.precision, rt.device, log)
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
-        self.criterion = loss_fn(cfg.task)
+        self.criterion = built.criterion
         self.ckpt = CheckpointManager(cfg.checkpoint_root, rank=rt.rank, world=rt.world, mode=cfg.checkpoint_async,
                                       keep_last=cfg.keep_last, log=log, warn=self.warn)
         self.progress = Progress(fingerprint=cfg.fingerprint(), world_size=rt.world)

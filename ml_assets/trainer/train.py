@@ -35,6 +35,7 @@ import torch
 from ml_assets import processes
 from ml_assets.trainer.channel import Channel
 from ml_assets.trainer.checkpoint import export_model
+from ml_assets.trainer.code_pin import ModelContractError
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import read_verified
 from ml_assets.trainer.loop import Trainer
@@ -80,7 +81,7 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
             p = trainer.progress
             meta = {
                 "model": cfg.model, "task": cfg.task, **({"classes": cfg.classes} if cfg.classes else {}),
-                "model_config": trainer.model_config.to_dict(),
+                **trainer.model_rebuild,
                 "history": p.history, "stop_reason": p.stop_reason, "steps": p.step, "best_val_loss": p.best_val_loss,
                 "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
                 "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,
@@ -116,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
             result = run(cfg, rt, channel.log, channel.report, channel.warn)
         except Preempted:
             code = EXIT_PREEMPTED
+            stop_the_agent()
+        except ModelContractError as exc:
+            # The same on every restart: say why once and stop, with nothing written.
+            channel.warn(str(exc))
+            channel.report({"kind": "refused", "message": str(exc)})
+            code = EXIT_CONFIG
             stop_the_agent()
         except LeaseUnavailable as exc:
             # Not a crash: a restart would only wait again. Rank 0 says why, the agent stops.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ml_assets.spec.tuning import PARAMS_PREFIX
+
 INTEGER = frozenset({"batch_size", "width", "depth", "warmup_steps"})
 
 
@@ -13,7 +15,7 @@ def suggest(trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for name, dim in sorted(space.items()):
         if dim.get("choices") is not None:
             params[name] = trial.suggest_categorical(name, list(dim["choices"]))
-        elif name in INTEGER:
+        elif name in INTEGER or dim.get("integer"):
             step = int(dim["step"]) if dim.get("step") else 1
             params[name] = trial.suggest_int(name, int(dim["low"]), int(dim["high"]), step=step, log=dim["log"])
         else:
@@ -21,10 +23,15 @@ def suggest(trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return params
 
 
-def config_overrides(params: dict[str, Any], hidden_sizes: list[int]) -> dict[str, Any]:
+def config_overrides(params: dict[str, Any], hidden_sizes: list[int],
+                     model_params: dict[str, Any] | None = None) -> dict[str, Any]:
     """Trainer config fields for tuned values: ``width`` and ``depth`` reshape ``hidden_sizes``
-    (``depth`` layers of ``width``, or the spec's layers scaled to ``width`` when only it is tuned)."""
-    out = {k: v for k, v in params.items() if k not in ("width", "depth")}
+    (``depth`` layers of ``width``, or the spec's layers scaled to ``width`` when only it is tuned);
+    ``params.<name>`` replaces a factory's hyperparameter in ``model_params``."""
+    factory = {k[len(PARAMS_PREFIX):]: v for k, v in params.items() if k.startswith(PARAMS_PREFIX)}
+    out = {k: v for k, v in params.items() if k not in ("width", "depth") and not k.startswith(PARAMS_PREFIX)}
+    if factory:
+        out["model_params"] = {**(model_params or {}), **factory}
     for name in ("batch_size", "warmup_steps"):
         if name in out:
             out[name] = int(out[name])

@@ -186,7 +186,7 @@ def _write_config(job: Job, params: dict[str, Any], out: Path, epochs_file: Path
     from ml_assets.trainer.config import TrainConfig
 
     base = {k: v for k, v in job.base_config.items()}
-    base.update(config_overrides(params, list(base["hidden_sizes"])))
+    base.update(config_overrides(params, list(base["hidden_sizes"]), base.get("model_params")))
     base.update(epochs=job.max_epochs, output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"),
                 epoch_log=str(epochs_file), early_stopping_patience=0, checkpoint_every_seconds=0,
                 checkpoint_every_steps=0, keep_last=1, report_every_steps=10_000)

@@ -30,8 +30,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
     width, tests = spec.training.window_days, spec.evaluation.test_days
     # The window ends the day before the first test day: D-W-T+1 .. D-T.
     window_mapping = features_window_mapping(-(width + tests - 1), -tests)
-    version = code_version(spec, ("training", "features", "target"), "ml_assets.trainer", "ml_assets.features.state",
-                           "ml_assets.spec.trainer_config")
+    version = code_version(spec, ("model", "training", "features", "target"), "ml_assets.trainer",
+                           "ml_assets.features.state", "ml_assets.spec.trainer_config", factory=spec.model)
 
     @dg.asset(
         key=asset_key(spec, "trained_checkpoint"),

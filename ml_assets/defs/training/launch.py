@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 
 from ml_assets.defs.common import Step
+from ml_assets.defs.training.preflight import check_model
 from ml_assets.defs.training.prepare import Prepared
 from ml_assets.defs.training.tuned import Tuned
 from ml_assets.defs.training.window import Window
@@ -30,9 +31,13 @@ from ml_assets.trainer.result import TrainingResult
 def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned | None) -> TrainConfig:
     """The trainer's config; checkpoints keyed by the config's fingerprint (a re-run resumes)."""
     layout = Layout.of(step.spec)
-    cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
-                       layout.output_dir(checkpoint_root, step.partition, step.run_id),
-                       tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}")
+    try:  # a factory's code is pinned as the config is made, then tried before anything is launched
+        cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
+                           layout.output_dir(checkpoint_root, step.partition, step.run_id),
+                           tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}")
+        check_model(cfg)
+    except ValueError as exc:
+        raise step.failure(exc) from None
     return dataclasses.replace(cfg, checkpoint_dir=layout.checkpoint_dir(checkpoint_root, step.partition,
                                                                          cfg.fingerprint()))
 
@@ -59,6 +64,8 @@ def check_outcome(step: Step, outcome: TrainingOutcome, cfg: TrainConfig) -> Non
             f"at step {outcome.preempted.get('step')}; the retry resumes from there")
     if outcome.lease_held is not None:
         raise step.failure(outcome.lease_held["message"])
+    if outcome.refused is not None:
+        raise step.failure(outcome.refused["message"])
     if outcome.returncode != 0 or outcome.result is None:
         if outcome.returncode < 0:  # torchrun itself was killed (the OOM killer, kill -9)
             why = (f"torchrun was killed by {signal.Signals(-outcome.returncode).name}; its ranks checkpointed if "

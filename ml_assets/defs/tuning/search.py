@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from ml_assets.defs.common import Step
+from ml_assets.defs.training.preflight import check_model
 from ml_assets.defs.training.prepare import Prepared
 from ml_assets.layout import MLFLOW_TUNING
 from ml_assets.records import TunedRecord
@@ -43,7 +44,11 @@ def study_job(step: Step, prepared: Prepared, val_day: str, tracking: MlflowTrac
     from ml_assets.tuning import study as st
 
     spec, tuning = step.spec, step.spec.tuning
-    base = train_config(spec, prepared.train, prepared.val, prepared.state.as_data_ref(), "unused")
+    try:
+        base = train_config(spec, prepared.train, prepared.val, prepared.state.as_data_ref(), "unused")
+        check_model(base)
+    except ValueError as exc:
+        raise step.failure(exc) from None
     space = {k: v.model_dump(mode="json") for k, v in tuning.space.items()}
     # Same space, pruner, sampler, data and base config: the same study, continued.
     key = json.dumps({"space": space, "pruner": tuning.pruner.model_dump(mode="json"),

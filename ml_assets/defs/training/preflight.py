@@ -1,0 +1,20 @@
+"""A model factory tried in the Dagster process before torchrun starts, so that a factory that
+cannot be imported, rejects its hyperparameters, returns no module or gives outputs of the wrong
+shape fails the step with the spec field, the import path and the shapes, before any process is
+launched or any checkpoint directory is touched (the trainer checks again on the real rows)."""
+
+from __future__ import annotations
+
+from ml_assets.trainer.config import TrainConfig
+
+
+def check_model(cfg: TrainConfig) -> None:
+    """Raises ModelContractError (a ValueError) saying what is wrong; a built-in family passes."""
+    if not cfg.model_factory:
+        return
+    from ml_assets.trainer.contract import ModelInputs, factory_loss, make_custom
+    from ml_assets.trainer.data import read_state
+
+    inputs = ModelInputs.from_state(read_state(cfg.feature_state), cfg.task, cfg.classes)
+    _, factory = make_custom(cfg.model_factory, cfg.model_params, inputs, cfg.model_code_path)
+    factory_loss(factory, cfg.model_factory, inputs)
