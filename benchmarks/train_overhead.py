@@ -17,6 +17,7 @@ of medians is the RESULT (goal >= 0.97).
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import subprocess
 import sys
@@ -29,10 +30,23 @@ import torch
 from benchmarks._training import bundled_inputs, env, median, spec_training, train
 from ml_assets.features.state import cardinalities
 from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.contract import ModelInputs
 from ml_assets.trainer.data import read_frame, read_state, to_tensors
 from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
 from ml_assets.trainer.runtime import choose_precision
 from ml_assets.trainer.train import warmup_cosine
+
+
+def bare_model(cfg: TrainConfig, state: dict, n_numeric: int) -> torch.nn.Module:
+    """The config's model as a user would build it by hand: a built-in family, or the factory
+    imported and called directly (no contract wrapper, no checks)."""
+    if not cfg.model_factory:
+        return build_model(ModelConfig(n_numeric=n_numeric, cardinalities=cardinalities(state),
+                                       hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family))
+    sys.path.insert(0, cfg.model_code_path)
+    module, name = cfg.model_factory.split(":")
+    factory = getattr(importlib.import_module(module), name)
+    return factory(ModelInputs.from_state(state, cfg.task, cfg.classes), **cfg.model_params)
 
 
 def bare_loop(cfg: TrainConfig) -> float:
@@ -42,8 +56,7 @@ def bare_loop(cfg: TrainConfig) -> float:
     state = read_state(cfg.feature_state)
     numeric, categorical, target = to_tensors(read_frame(cfg.train_files), state)
     val = to_tensors(read_frame(cfg.val_files), state)
-    model = build_model(ModelConfig(n_numeric=numeric.shape[1], cardinalities=cardinalities(state),
-                                    hidden_sizes=list(cfg.hidden_sizes), dropout=cfg.dropout, family=cfg.family))
+    model = bare_model(cfg, state, numeric.shape[1])
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     n, b = len(target), cfg.batch_size
     total = math.ceil(n / b) * cfg.epochs
@@ -58,7 +71,7 @@ def bare_loop(cfg: TrainConfig) -> float:
         for i in range(0, n, b):
             with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
                 out = model(x[i:i + b], c[i:i + b])
-            loss = criterion(out.float(), y[i:i + b]) / b
+            loss = criterion(out.float().reshape(y[i:i + b].shape), y[i:i + b]) / b
             loss.backward()
             if cfg.grad_clip_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip_norm)
@@ -67,7 +80,7 @@ def bare_loop(cfg: TrainConfig) -> float:
             optimizer.zero_grad(set_to_none=True)
         model.eval()
         with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-            float(criterion(model(val[0], val[1]).float(), val[2]))
+            float(criterion(model(val[0], val[1]).float().reshape(val[2].shape), val[2]))
     return n * cfg.epochs / (time.perf_counter() - started)
 
 
