@@ -122,6 +122,21 @@ def move_legacy(data: object) -> object:
     return {**data, "training": training, "model": legacy}
 
 
+def factory_default_space(data: object) -> object:
+    """A factory's spec without a tuning space searches the optimizer's settings (the built-in
+    families' default space tunes their own layers, which a factory does not have)."""
+    from ml_assets.spec.tuning import OPTIMIZER_SPACE
+
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict) or not data["model"].get("module"):
+        return data
+    tuning = data.get("tuning")
+    if tuning is None:
+        tuning = {}
+    if not isinstance(tuning, dict) or "space" in tuning:
+        return data
+    return {**data, "tuning": {**tuning, "space": OPTIMIZER_SPACE}}
+
+
 def resolve_code_path(data: object, spec_file: Path) -> object:
     """``model.code_path`` made absolute against the spec file's directory (its message names the field)."""
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):

@@ -8,7 +8,7 @@ import json
 from pydantic import Field, field_validator, model_validator
 
 from ml_assets.names import InvalidName, check_model_name
-from ml_assets.spec.architecture import ArchitectureSpec, move_legacy
+from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
 from ml_assets.spec.base import StrictModel
 from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
 from ml_assets.spec.features import FeaturesSpec
@@ -41,7 +41,7 @@ class ModelSpec(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _legacy_model_settings(cls, data: object) -> object:
-        return move_legacy(data)
+        return factory_default_space(move_legacy(data))
 
     @field_validator("name")
     @classmethod

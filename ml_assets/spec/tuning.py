@@ -13,6 +13,12 @@ TUNABLE = ("learning_rate", "weight_decay", "batch_size", "dropout", "width", "d
 BUILT_IN_TUNABLE = frozenset({"dropout", "width", "depth", "family"})
 """What tunes a built-in family's network; a factory's hyperparameters are ``params.<name>``."""
 PARAMS_PREFIX = "params."
+OPTIMIZER_SPACE = {
+    "learning_rate": {"low": 1e-4, "high": 3e-2, "log": True},
+    "weight_decay": {"low": 1e-6, "high": 1e-2, "log": True},
+    "batch_size": {"choices": [128, 256, 512]},
+}
+"""The default space of a model of your own: the optimizer's settings (its params are its own to declare)."""
 
 
 class RangeSpec(StrictModel):
@@ -60,7 +66,7 @@ class TuningSpec(StrictModel):
     heartbeat_seconds: PositiveInt = 10
     max_retries: int = Field(default=2, ge=0, description="re-runs of a trial whose worker died")
     apply_best: bool = Field(default=True, description="training takes the best parameters when a study has them")
-    space: dict[str, RangeSpec] = Field(default_factory=lambda: {
+    space: dict[str, RangeSpec] = Field(default_factory=lambda: {  # a factory's default: OPTIMIZER_SPACE
         "learning_rate": RangeSpec(low=1e-4, high=3e-2, log=True),
         "weight_decay": RangeSpec(low=1e-6, high=1e-2, log=True),
         "batch_size": RangeSpec(choices=[128, 256, 512]),

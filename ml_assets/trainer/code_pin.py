@@ -14,6 +14,7 @@ What the package imports from elsewhere (torch, numpy, other packages) is pinned
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import json
@@ -64,10 +65,18 @@ def source_files(root: Path) -> dict[str, str]:
     return files
 
 
-def _distribution(top: str) -> dict:
-    from importlib.metadata import PackageNotFoundError, packages_distributions, version
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    """Top-level package -> distributions, read once per process (it reads every package's metadata)."""
+    from importlib.metadata import packages_distributions
 
-    for name in packages_distributions().get(top, []):
+    return packages_distributions()
+
+
+def _distribution(top: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in _installed().get(top, []):
         try:
             return {"distribution": name, "version": version(name)}
         except PackageNotFoundError:

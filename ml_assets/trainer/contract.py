@@ -119,7 +119,7 @@ class CustomModel(nn.Module):
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:
         args = self.to_inputs(numeric, categorical)
         out = self.net(**args) if isinstance(args, Mapping) else self.net(*args)
-        if self.n_outputs == 1 and out.dim() == 2 and out.shape[1] == 1:
+        if self.n_outputs == 1 and isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] == 1:
             out = out.squeeze(1)
         return out
 
