@@ -75,9 +75,9 @@ def _fully_shard(model: nn.Module, cfg: TrainConfig, rt: Runtime, log: Callable[
     units = shard_units(model)
     for _, unit in units:  # bottom-up: a unit's parameters are no longer the root's
         fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=cfg.fsdp_reshard_after_forward)
-    # The root's parameters are the first its backward needs, so FSDP's default keeps them gathered
-    # after the forward (None); False keeps every unit's.
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=None if cfg.fsdp_reshard_after_forward else False)
+    # The root's own parameters stay gathered from its forward to its backward, which needs them
+    # first (FSDP's default for a root; the built-in families keep none there).
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     log(f"fsdp: {len(units)} unit(s) sharded over {rt.world} rank(s) ({', '.join(n for n, _ in units) or 'none'}) "
         f"and the root; parameters gathered in {cfg.fsdp_param_dtype}, gradients reduced in "
         f"{cfg.fsdp_reduce_dtype}, {'re' if cfg.fsdp_reshard_after_forward else 'not re'}sharded after forward")
