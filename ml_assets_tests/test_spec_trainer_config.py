@@ -39,6 +39,7 @@ EVERY_SETTING_CHANGED = {
                    "preemption_grace_seconds": 30, "orphan_grace_seconds": 10, "lease_ttl_seconds": 60,
                    "lease_wait_seconds": 200},
     "loader": {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4},
+    "strategy": "fsdp", "fsdp": {"param_dtype": "bf16", "reduce_dtype": "bf16", "reshard_after_forward": False},
 }
 OVERRIDES = [
     None,
@@ -100,6 +101,8 @@ def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
         orphan_grace_seconds=training.checkpoint.orphan_grace_seconds,
         lease_ttl_seconds=training.checkpoint.lease_ttl_seconds,
         lease_wait_seconds=training.checkpoint.lease_wait_seconds, owner=owner,
+        strategy=training.strategy, fsdp_param_dtype=training.fsdp.param_dtype,
+        fsdp_reduce_dtype=training.fsdp.reduce_dtype, fsdp_reshard_after_forward=training.fsdp.reshard_after_forward,
     )
     values.update(config_overrides(overrides or {}, spec.model.layers, spec.model.params))
     return TrainConfig(**values)

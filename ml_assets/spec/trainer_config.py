@@ -41,6 +41,9 @@ NESTED = {
     "num_workers": "loader.num_workers",
     "pin_memory": "loader.pin_memory",
     "prefetch_factor": "loader.prefetch_factor",
+    "fsdp_param_dtype": "fsdp.param_dtype",
+    "fsdp_reduce_dtype": "fsdp.reduce_dtype",
+    "fsdp_reshard_after_forward": "fsdp.reshard_after_forward",
 }
 # Training settings the trainer never sees: they choose the days it trains on, or how and where
 # Dagster launches, retries and places it (a whole subsection, such as pod, by its name).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ml_assets.spec.base import PositiveInt, StrictModel
 from ml_assets.spec.pods import TrainingPodSpec
@@ -38,6 +38,16 @@ class EarlyStoppingSpec(StrictModel):
     min_delta: float = Field(default=0.0, ge=0)
 
 
+class FsdpSpec(StrictModel):
+    param_dtype: Literal["fp32", "bf16", "fp16"] = Field(default="fp32", description=(
+        "the dtype parameters are gathered and computed in; the sharded copy the optimizer steps stays fp32"))
+    reduce_dtype: Literal["fp32", "bf16"] = Field(default="fp32", description=(
+        "the dtype gradients are reduce-scattered (summed across ranks) in"))
+    reshard_after_forward: bool = Field(default=True, description=(
+        "free each block's gathered parameters after its forward and gather them again for its backward: less "
+        "memory, one more all-gather per block; the same weights either way"))
+
+
 class TrainingSpec(StrictModel):
     window_days: int = Field(default=14, ge=3, le=366, description=(
         "the days before the test days that train and validate: window_days - validation_days train"))
@@ -60,6 +70,10 @@ class TrainingSpec(StrictModel):
     grad_clip_norm: float = Field(default=1.0, ge=0)
     activation_checkpointing: bool = False
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    strategy: Literal["ddp", "fsdp"] = Field(default="ddp", description=(
+        "ddp: every rank holds the whole model, its gradients and optimizer state; fsdp: FSDP2 shards all three "
+        "over the ranks (1/world each), gathering a block's parameters around its forward and backward"))
+    fsdp: FsdpSpec = Field(default=FsdpSpec(), description="with strategy: fsdp, its mixed precision and resharding")
     early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()
     deterministic: bool = False
     processes_per_node: int = Field(default=2, ge=1, le=64, description=(
@@ -79,3 +93,9 @@ class TrainingSpec(StrictModel):
     checkpoint: CheckpointSpec = CheckpointSpec()
     loader: LoaderSpec = LoaderSpec()
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _fsdp_needs_its_strategy(self) -> TrainingSpec:
+        if self.strategy != "fsdp" and self.fsdp != FsdpSpec():
+            raise ValueError(f"training.fsdp applies with strategy: fsdp, not {self.strategy}")
+        return self

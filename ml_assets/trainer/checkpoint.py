@@ -100,6 +100,8 @@ class CheckpointManager:
         self.wait()
         directory = f"{self.root}/{STEP_PREFIX}{step:09d}"
         writer = FsspecWriter(directory, overwrite=True)
+        # An FSDP shard (DTensor) counts its global size, the same on every rank: the ranks must all
+        # take the same branch below (the synchronous one ends in a barrier).
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         if self.mode == "off" or blocking or size < ASYNC_MIN_BYTES:
             dcp.save(tensors, storage_writer=writer, process_group=self.group)

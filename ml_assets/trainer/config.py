@@ -11,6 +11,9 @@ TASKS = ("binary_classification", "regression", "multiclass_classification")
 FAMILIES = ("mlp", "residual_mlp")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ASYNC_MODES = ("off", "thread", "process")
+STRATEGIES = ("ddp", "fsdp")
+FSDP_PARAM_DTYPES = ("fp32", "bf16", "fp16")
+FSDP_REDUCE_DTYPES = ("fp32", "bf16")
 
 # Fields that say where things go or how often to report, not what is trained: two configs that
 # differ only in these train the same weights and may resume each other's checkpoints.
@@ -18,11 +21,12 @@ NOT_TRAINING = frozenset({
     "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
     "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
     "prefetch_factor", "threads", "epoch_log", "owner", "orphan_grace_seconds", "lease_ttl_seconds",
-    "lease_wait_seconds", "model_code_path",
+    "lease_wait_seconds", "model_code_path", "fsdp_reshard_after_forward",
 })
-# Fields added after checkpoints existed: at their defaults they stay out of the fingerprint, so
-# configs written before them keep theirs (and resume their checkpoints).
-LATER_DEFAULTS = {"classes": [], "model_factory": "", "model_params": {}, "model_code": {}}
+# Fields added after checkpoints existed: left out of the fingerprint while they hold these values,
+# so the configs written before them keep their fingerprint (and their checkpoints).
+LATER_DEFAULTS = {"classes": [], "model_factory": "", "model_params": {}, "model_code": {}, "strategy": "ddp",
+                  "fsdp_param_dtype": "fp32", "fsdp_reduce_dtype": "fp32"}
 MAX_LEASE_WAIT_SECONDS = 480.0
 """While rank 0 waits for the checkpoint lease, the other ranks wait for its verdict in a collective,
 which NCCL times out after 10 minutes."""
@@ -86,6 +90,17 @@ class TrainConfig:
     """A directory searched for the factory's package before the installed packages."""
     activation_checkpointing: bool = False
     """Recompute hidden blocks in backward instead of storing activations (less memory, more time)."""
+    strategy: str = "ddp"
+    """``ddp``: every rank holds the whole model, its gradients and optimizer state (one rank: the bare
+    model). ``fsdp``: FSDP2 ``fully_shard``, every rank holds 1/world of each (ml_assets.trainer.parallel)."""
+    fsdp_param_dtype: str = "fp32"
+    """fsdp: the dtype parameters are all-gathered and computed in (the sharded copy the optimizer
+    steps stays fp32)."""
+    fsdp_reduce_dtype: str = "fp32"
+    """fsdp: the dtype gradients are reduce-scattered in."""
+    fsdp_reshard_after_forward: bool = True
+    """fsdp: free each block's gathered parameters after its forward and gather them again for its
+    backward (less memory, one more all-gather per block); the same weights either way."""
     precision: str = "auto"
     """auto: bf16 autocast on CUDA with bf16 (else fp16 + GradScaler), bf16 on CPUs with native
     bf16 (AVX512-BF16 or AMX), fp32 otherwise. An impossible request falls back and says so."""
@@ -142,6 +157,14 @@ class TrainConfig:
         need(multiclass or not self.classes, f"classes apply to multiclass_classification, not {self.task}")
         need(self.family in FAMILIES, f"family {self.family!r} is not one of {FAMILIES}")
         need(self.precision in PRECISIONS, f"precision {self.precision!r} is not one of {PRECISIONS}")
+        need(self.strategy in STRATEGIES, f"strategy {self.strategy!r} is not one of {STRATEGIES}")
+        need(self.fsdp_param_dtype in FSDP_PARAM_DTYPES,
+             f"fsdp_param_dtype {self.fsdp_param_dtype!r} is not one of {FSDP_PARAM_DTYPES}")
+        need(self.fsdp_reduce_dtype in FSDP_REDUCE_DTYPES,
+             f"fsdp_reduce_dtype {self.fsdp_reduce_dtype!r} is not one of {FSDP_REDUCE_DTYPES}")
+        fsdp_set = [name for name, default in (("fsdp_param_dtype", "fp32"), ("fsdp_reduce_dtype", "fp32"),
+                                               ("fsdp_reshard_after_forward", True)) if getattr(self, name) != default]
+        need(self.strategy == "fsdp" or not fsdp_set, f"{', '.join(fsdp_set)} apply to strategy fsdp, not {self.strategy}")
         need(self.checkpoint_async in ASYNC_MODES, f"checkpoint_async {self.checkpoint_async!r} is not one of {ASYNC_MODES}")
         need(bool(self.train_files), "train_files is empty")
         need(bool(self.val_files), "val_files is empty")

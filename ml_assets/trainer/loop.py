@@ -5,7 +5,6 @@ checkpoint and ``Preempted``. Every rank runs the same steps; rank 0 alone logs 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import resource
 import time
@@ -14,6 +13,7 @@ import torch
 
 from ml_assets import processes
 from ml_assets.trainer.data import ResumableSampler, make_loader
+from ml_assets.trainer.parallel import accumulation, full_state_dict, sharded
 from ml_assets.trainer.runtime import EXIT_PREEMPTED, Preempted, StopSignal
 from ml_assets.trainer.state import CheckpointedTrainer
 
@@ -87,11 +87,10 @@ class Trainer(CheckpointedTrainer):
         return not (p.done and micro < micro_total)
 
     def _forward_backward(self, batch, boundary: bool, interval: dict) -> None:
-        """One micro-batch; DDP all-reduces the gradients only at an accumulation boundary."""
+        """One micro-batch; gradients are reduced across ranks only at an accumulation boundary."""
         cfg, p = self.cfg, self.progress
         numeric, categorical, target = (t.to(self.rt.device, non_blocking=True) for t in batch)
-        sync = contextlib.nullcontext() if boundary or self.net is self.model else self.net.no_sync()
-        with sync:
+        with accumulation(self.net, boundary):
             with self._autocast():
                 out = self.net(numeric, categorical)
             loss = self.criterion(out.float(), target)
@@ -187,8 +186,13 @@ class Trainer(CheckpointedTrainer):
     def validate(self) -> float:
         numeric, categorical, target = (t[self.rt.rank::self.rt.world].to(self.rt.device) for t in self.val_t)
         self.model.eval()
+        total = 0.0
         with torch.no_grad(), self._autocast():
-            total = float(self.criterion(self.model(numeric, categorical).float(), target)) if len(target) else 0.0
+            # Under FSDP the forward gathers the parameters with every rank, so a rank without
+            # validation rows runs it too, on none.
+            if len(target) or sharded(self.model):
+                out = self.model(numeric, categorical).float()
+                total = float(self.criterion(out, target)) if len(target) else 0.0
         self.model.train()
         loss, rows = self._reduce([total, float(len(target))])
         return loss / rows
@@ -201,9 +205,10 @@ class Trainer(CheckpointedTrainer):
         improved = p.best_val_loss is None or val < p.best_val_loss - cfg.early_stopping_min_delta
         if improved:
             p.best_val_loss, p.best_epoch, p.bad_epochs = val, p.epoch + 1, 0
+            weights = full_state_dict(self.model)  # every rank: under FSDP, a gather to rank 0
             if self.rt.master:
-                self.ckpt.save_best(self.model.state_dict(), {"epoch": p.epoch + 1, "step": p.step, "val_loss": val,
-                                                              "fingerprint": p.fingerprint})
+                self.ckpt.save_best(weights, {"epoch": p.epoch + 1, "step": p.step, "val_loss": val,
+                                              "fingerprint": p.fingerprint})
         else:
             p.bad_epochs += 1
         self.log(f"epoch {p.epoch + 1}/{cfg.epochs}  train_loss {loss / max(rows, 1):.4f}  val_loss {val:.4f}"
@@ -235,12 +240,17 @@ class Trainer(CheckpointedTrainer):
 
     # -- result ------------------------------------------------------------------------------------
     def final_weights(self) -> tuple[dict[str, torch.Tensor], str]:
-        """With early stopping on, the best epoch's weights; otherwise the last."""
+        """With early stopping on, the best epoch's weights; otherwise the last. Called on every
+        rank; under FSDP only rank 0's are the whole model (the others get an empty dict)."""
         if self.cfg.early_stopping_patience:
-            best = self.ckpt.load_best()
-            if best is not None:
-                return best[0], f"best validation loss (epoch {best[1]['epoch']})"
-        return self.model.state_dict(), "last step"
+            gather = sharded(self.model) and self.rt.world > 1
+            best = self.ckpt.load_best() if self.rt.master or not gather else None
+            # The other ranks follow rank 0's answer: with none, they must join the gather below.
+            found = self._flags(best is not None, False)[0] if gather else best is not None
+            if found:
+                which = f"best validation loss (epoch {best[1]['epoch']})" if best else "best validation loss"
+                return (best[0] if best else {}), which
+        return full_state_dict(self.model), "last step"
 
     def accounting(self, wall: float) -> dict:
         usage = resource.getrusage(resource.RUSAGE_SELF)

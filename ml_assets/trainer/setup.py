@@ -1,5 +1,5 @@
 """What one training rank builds before its first step: the data as tensors, the model (wrapped
-in DistributedDataParallel when there are several ranks), the optimizer and its warmup-cosine
+for DDP or FSDP by ml_assets.trainer.parallel), the optimizer and its warmup-cosine
 schedule, the precision, the loss and the checkpoint manager; and the few collectives the rest of
 the trainer agrees through (a sum, a max of flags). Building fails on bad input before anything
 is written."""
@@ -14,13 +14,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from ml_assets.trainer.build import build
 from ml_assets.trainer.checkpoint import CheckpointManager
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.contract import SAMPLE_ROWS
 from ml_assets.trainer.data import check_class_indices, read_frame, read_state, to_tensors
+from ml_assets.trainer.parallel import wrap
 from ml_assets.trainer.progress import Progress
 from ml_assets.trainer.runtime import Runtime, choose_precision
 
@@ -57,10 +57,7 @@ class TrainerSetup:
         built = build(cfg, self.state, (self.train_t[0][:SAMPLE_ROWS], self.train_t[1][:SAMPLE_ROWS]))
         self.model, self.model_rebuild, self.model_name = built.model.to(rt.device), built.rebuild, built.name
         self.param_names = [name for name, _ in self.model.named_parameters()]
-        # One rank needs no gradient all-reduce: DDP would only add hooks and copies.
-        self.net = self.model if rt.world == 1 else DistributedDataParallel(
-            self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None,
-            gradient_as_bucket_view=True)
+        self.net = wrap(self.model, cfg, rt, log)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.micro_batch = max(1, cfg.batch_size // (rt.world * cfg.grad_accum_steps))
         rows_per_rank = math.ceil(len(self.train_t[2]) / rt.world)

@@ -3,7 +3,12 @@
 The tensors (model, optimizer moments, every rank's RNG) go into torch.distributed.checkpoint with
 the same keys on every rank; everything else is the Progress JSON beside them. Resuming fills the
 model and optimizer in place from the newest verified checkpoint; on a different number of ranks the
-data order and weights carry over and dropout's random stream is reseeded."""
+data order and weights carry over and dropout's random stream is reseeded.
+
+Under FSDP the same code holds sharded state: FSDP2 keeps the bare model's parameter names, and the
+parameters and AdamW moments are DTensors that carry their global shape, so the keys are the same,
+each rank writes only its shard, and loading fills each rank's shard (from however many ranks wrote
+it: DCP reshards). The whole model exists only in the exports (``full_state_dict``)."""
 
 from __future__ import annotations
 
