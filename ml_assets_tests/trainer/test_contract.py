@@ -447,7 +447,8 @@ OLD_NOT_TRAINING = {
     "prefetch_factor", "threads", "epoch_log", "owner", "orphan_grace_seconds", "lease_ttl_seconds",
     "lease_wait_seconds",
 }
-NEW_KEYS = {"model_factory", "model_params", "model_code", "model_code_path"}
+NEW_KEYS = {"model_factory", "model_params", "model_code", "model_code_path",  # the model contract
+            "strategy", "fsdp_param_dtype", "fsdp_reduce_dtype", "fsdp_reshard_after_forward"}  # FSDP
 
 
 def _old_fingerprint(cfg: TrainConfig) -> str:
