@@ -57,7 +57,7 @@ def demo(model: str, day: str | None) -> int:
     result = job.execute_in_process(partition_key=target.isoformat(), instance=instance, run_config=LOG_INFO,
                                     raise_on_error=False)
     if not result.success:
-        return _failed(result, target)
+        return _gate_blocked(instance, spec, target) if _only_the_gate(result, spec) else _failed(result, target)
     _say(f"promotion: one tick of {spec.name}_promotion_sensor (what the Dagster daemon runs every minute)")
     status = promote_by_sensor(instance, spec)
     if status:
@@ -95,6 +95,32 @@ def _failed(result, day: dt.date | None) -> int:
             print(f"\nFAILED {event.step_key}{what}: {event.message}", file=sys.stderr)
     print(f"The run{what} failed; see the messages above (or `make dev` and the run in the UI).", file=sys.stderr)
     return 1
+
+
+def _only_the_gate(result, spec) -> bool:
+    """The run stopped where it should when a candidate is not good enough: at the promotion gate."""
+    failures = [event for event in result.all_events if event.is_step_failure]
+    return {event.step_key for event in failures} == {f"{spec.name}__evaluation_report"} and all(
+        "DagsterAssetCheckFailedError" in (event.step_failure_data.error.cls_name or "")
+        and "promotion_gate" in event.step_failure_data.error.message for event in failures)
+
+
+def _gate_blocked(instance, spec, target: dt.date) -> int:
+    """The evaluation's verdict when the gate said no: a designed outcome, not a failure of the run."""
+    from ml_assets.defs.common import asset_key
+    from ml_assets.records import EvaluationRecord, latest
+
+    report = latest(instance, asset_key(spec, "evaluation_report"), target.isoformat(), EvaluationRecord)
+    metrics = "  ".join(f"{m} {report.metrics[m]:.4f}" for m in spec.evaluation.metrics)
+    _say(f"the promotion gate stopped {spec.name} for {target}: evaluated, not registered")
+    print(f"""
+    test metrics       {metrics}   on {report.test_rows} held-out rows
+    promotion gate     FAILED: {report.gate_reason}
+
+    The evaluation report (metrics, intervals, slices, the champion's and baselines' figures) is the
+    {spec.name}/evaluation_report asset: make dev, then Assets -> {spec.name}.
+""", flush=True)
+    return 0
 
 
 def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float) -> None:

@@ -105,4 +105,25 @@ def load_all_model_specs(models_dirs: Sequence[Path]) -> list[ModelSpec]:
                 raise SpecError(f"{models_dir}: name: model {spec.name!r} is also declared in {specs[spec.name][1]}; "
                                 "keep one of them")
             specs[spec.name] = (spec, models_dir)
-    return sorted((spec for spec, _ in specs.values()), key=lambda spec: spec.name)
+    found = sorted((spec for spec, _ in specs.values()), key=lambda spec: spec.name)
+    check_rivals(found)
+    return found
+
+
+def check_rivals(specs: Sequence[ModelSpec]) -> None:
+    """``promotion.rival`` names another declared model answering the same question."""
+    by_name = {spec.name: spec for spec in specs}
+    for spec in specs:
+        name = spec.promotion.rival
+        if name is None:
+            continue
+        rival = by_name.get(name)
+        where = f"model {spec.name}: promotion.rival: {name!r}"
+        if name == spec.name:
+            raise SpecError(f"{where} is this model itself (its champion is compared anyway)")
+        if rival is None:
+            raise SpecError(f"{where} is not a declared model ({sorted(by_name)})")
+        mine, theirs = spec.target, rival.target
+        if (mine.name, mine.task, mine.classes) != (theirs.name, theirs.task, theirs.classes):
+            raise SpecError(f"{where} predicts {theirs.name} ({theirs.task}), this model {mine.name} ({mine.task}): "
+                            "their metrics cannot be compared")

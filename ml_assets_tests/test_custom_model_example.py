@@ -1,5 +1,6 @@
-"""A model the platform did not write, end to end: the FT-Transformer example (examples/ft_transformer)
-through the real `dagster asset materialize` CLI to a registered MLflow version whose code travels
+"""A model the platform did not write, end to end: the FT-Transformer example (examples/ft_transformer),
+judged against the built-in model's champion (its rival) by the same gate, through the real
+`dagster asset materialize` CLI to a registered MLflow version whose code travels
 with it (a fresh process without the example on its path loads and serves it), and `ml-assets
 reproduce` rebuilds its weights bit for bit, or names the changed file when the code moved on."""
 
@@ -28,45 +29,54 @@ from ml_assets_tests.conftest import cli_env
 pytestmark = pytest.mark.e2e
 EXAMPLE = BUNDLED_MODELS_DIR.parents[1] / "examples" / "ft_transformer"
 NAME = "flights_delay_ft"
+RIVAL = "flights_delay"
 INGEST = ("raw_data", "validated_snapshot", "features")
+
+
+def cut_down(spec: dict) -> dict:
+    """A spec made cheap: a shorter window, 3 epochs, one process, and a gate that reports rather than
+    requires (this tests the platform's path; `make demo` shows the models' quality)."""
+    spec["training"].update(window_days=6, validation_days=2, epochs=3, early_stopping={"patience": 0},
+                            processes_per_node=1)
+    spec["promotion"].update(beat_baseline=False, min_improvement=-1.0, floors={})
+    return spec
 
 
 @pytest.fixture
 def models(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The example's spec, cut down to be cheap (a shorter window, 3 epochs, the gate reporting the
-    baseline rather than requiring it: this tests the platform's path, `make demo` the model), its
+    """The example's spec and the built-in model it names as its rival, both cut down; the example's
     code copied so that the test can change it."""
     code = tmp_path / "code"
     shutil.copytree(EXAMPLE / "ft_transformer", code / "ft_transformer")
-    spec = yaml.safe_load((EXAMPLE / f"{NAME}.yaml").read_text())
+    spec = cut_down(yaml.safe_load((EXAMPLE / f"{NAME}.yaml").read_text()))
     spec["model"]["code_path"] = str(code)
-    spec["training"].update(window_days=6, validation_days=2, epochs=3, early_stopping={"patience": 0},
-                            processes_per_node=1)
-    spec["promotion"].update(beat_baseline=False, min_improvement=0.0, floors={})
+    assert spec["promotion"]["rival"] == RIVAL
     out = tmp_path / "models"
     out.mkdir()
     (out / f"{NAME}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    rival = cut_down(yaml.safe_load((BUNDLED_MODELS_DIR / f"{RIVAL}.yaml").read_text()))
+    (out / f"{RIVAL}.yaml").write_text(yaml.safe_dump(rival, sort_keys=False))
     monkeypatch.setenv("ML_ASSETS_MODELS_DIR", str(out))
     return out
 
 
-def materialize(models: Path) -> tuple[dt.date, object]:
-    spec = load_spec(models / f"{NAME}.yaml")
+def materialize(models: Path, name: str = NAME) -> tuple[dt.date, object]:
+    spec = load_spec(models / f"{name}.yaml")
     before = spec.training.window_days + spec.evaluation.test_days - 1
     day = spec.partitioning.start + dt.timedelta(days=before)
     instance = dg.DagsterInstance.get()
-    daily = build_definitions(load_settings()).resolve_job_def(f"{NAME}_daily")
+    daily = build_definitions(load_settings()).resolve_job_def(f"{name}_daily")
     for back in range(before, 0, -1):
         result = daily.execute_in_process(partition_key=(day - dt.timedelta(days=back)).isoformat(), instance=instance,
-                                          asset_selection=[dg.AssetKey([NAME, s]) for s in INGEST])
+                                          asset_selection=[dg.AssetKey([name, s]) for s in INGEST])
         assert result.success
     proc = subprocess.run([sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ml_assets", "--select",
-                           f"group:{NAME}", "--partition", day.isoformat()],
+                           f"group:{name}", "--partition", day.isoformat()],
                           capture_output=True, text=True, timeout=600, env=cli_env())
     assert proc.returncode == 0, proc.stderr[-4000:]
     settings = load_settings()
     client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
-    return day, client.get_model_version_by_alias(NAME, "challenger")
+    return day, client.get_model_version_by_alias(name, "challenger")
 
 
 def reproduce(*extra: str) -> subprocess.CompletedProcess:
@@ -75,9 +85,19 @@ def reproduce(*extra: str) -> subprocess.CompletedProcess:
 
 
 def test_an_own_model_trains_registers_serves_without_its_package_and_reproduces(models, tmp_path):
+    # The built-in model first, made champion: the example's gate compares it on the same rows.
+    materialize(models, RIVAL)
+    promoted = subprocess.run([sys.executable, "-m", "ml_assets.cli", "promote", RIVAL, "1", "--reason", "the rival"],
+                              capture_output=True, text=True, timeout=300, env=cli_env())
+    assert promoted.returncode == 0, promoted.stderr[-3000:]
+
     day, version = materialize(models)
     tags = VersionTags.from_tags(version.tags)
     assert tags.model_factory == "ft_transformer.model:build" and len(tags.model_code_sha256) == 64
+    report = dg.DagsterInstance.get().fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey([NAME, "evaluation_report"]), asset_partitions=[day.isoformat()]),
+        limit=1).records[0].asset_materialization.metadata
+    assert f"vs rival {RIVAL} v1 " in report["gate_reason"].value
 
     # A fresh process in which the example's package cannot be imported: the registered model
     # brings its code (MLflow code_paths) and predicts the day's feature rows.

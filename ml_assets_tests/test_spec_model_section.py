@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
 from ml_assets.spec import SpecError, load_spec
 from ml_assets.spec.trainer_config import model_settings, train_config
@@ -292,3 +293,27 @@ def test_the_ft_transformer_example_loads_and_its_factory_builds_for_the_bundled
     for _ in range(3):
         tuned = config_overrides(suggest(study.ask(), space), spec.model.layers, spec.model.params)["model_params"]
         make_custom(spec.model.module, tuned, inputs, spec.model.code_path)
+
+
+# --- promotion.rival -------------------------------------------------------------------------------
+
+
+def test_a_rival_must_be_another_declared_model_with_the_same_question(tmp_path, spec_dict):
+    from ml_assets.model_files import load_all_model_specs
+    from ml_assets.spec import SpecError
+
+    def declare(name: str, **changes) -> None:
+        data = {**spec_dict, "name": name, **changes}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    declare("alpha", promotion={**spec_dict["promotion"], "rival": "beta"})
+    declare("beta")
+    assert [s.promotion.rival for s in load_all_model_specs([tmp_path])] == ["beta", None]
+    for rival, message in (("gamma", "is not a declared model"), ("alpha", "is this model itself")):
+        declare("alpha", promotion={**spec_dict["promotion"], "rival": rival})
+        with pytest.raises(SpecError, match=f"model alpha: promotion.rival: '{rival}' {message}"):
+            load_all_model_specs([tmp_path])
+    declare("alpha", promotion={**spec_dict["promotion"], "rival": "beta"})
+    declare("beta", target={**spec_dict["target"], "name": "late"})
+    with pytest.raises(SpecError, match="their metrics cannot be compared"):
+        load_all_model_specs([tmp_path])

@@ -6,8 +6,9 @@ metric improves by at least ``min_improvement`` (in the metric's units), no slic
 ``max_slice_regression`` on it and (classification) expected calibration error grows by at most
 ``max_calibration_worsening`` (multiclass: the top-label calibration error, its ``ece``). A first
 model, with no champion, must beat the evaluation's best simple baseline (fitted on its own training
-days) by ``min_improvement`` on the primary metric, and reach the ``floors``. Any metric of the task
-may be the primary one.
+days) by ``min_improvement`` on the primary metric, and reach the ``floors``. With ``rival``, either
+must also beat another model's champion on the same rows by ``min_improvement``. Any metric of the
+task may be the primary one.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
             decision.clauses.append(Clause(
                 f"floor {metric}", round(value, 6), bound, ok,
                 f"first model: {metric} {value:.4f} {'meets' if ok else 'misses'} the floor {bound}"))
+        _rival(policy, report, decision)
         decision.passed = all(c.ok for c in decision.clauses)
         return decision
     if champion.get("same_weights"):
@@ -118,5 +120,26 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
             growth <= policy.max_calibration_worsening,
             f"expected calibration error {metrics['ece']:.4f} vs {champion['metrics']['ece']:.4f} "
             f"({growth:+.4f}), allowed growth {policy.max_calibration_worsening}"))
+    _rival(policy, report, decision)
     decision.passed = all(c.ok for c in decision.clauses)
     return decision
+
+
+def _rival(policy: PromotionSpec, report: dict[str, Any], decision: Decision) -> None:
+    """``promotion.rival``: another model's champion, on the same rows, must be beaten as a champion is."""
+    rival = report.get("rival")
+    if not rival:
+        return
+    primary, metrics = policy.primary_metric, report["metrics"]
+    if rival["version"] is None:
+        decision.clauses.append(Clause(f"improvement of {primary} over the rival {rival['model']}", None,
+                                       f">= {policy.min_improvement}", True,
+                                       f"rival {rival['model']} has no champion yet: not compared"))
+        return
+    gain, lo, hi = _gain(primary, rival["primary_delta"])
+    decision.clauses.append(Clause(
+        f"improvement of {primary} over the rival {rival['model']}", round(gain, 6), f">= {policy.min_improvement}",
+        gain >= policy.min_improvement,
+        f"{primary} {metrics[primary]:.4f} vs rival {rival['model']} v{rival['version']} "
+        f"{rival['metrics'][primary]:.4f}: {gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), required >= "
+        f"{policy.min_improvement:+.4f}"))

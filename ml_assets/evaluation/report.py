@@ -18,6 +18,7 @@ import polars as pl
 
 from ml_assets.evaluation import metrics as M
 from ml_assets.evaluation.policy import decide
+from ml_assets.evaluation.rival import score_rival
 from ml_assets.records import CheckpointRecord, EvaluationRecord, VersionTags
 from ml_assets.serving.predict import predict
 from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
@@ -124,10 +125,11 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
         "test_data_commit": tests[-1].commit,
         "baseline": baseline,
         "history": ckpt.result.history, "champion": None, "deltas": None, "primary_delta": None,
-        "slice_regressions": [],
+        "slice_regressions": [], "rival": None,
     }
     predictions = Predictions(y, {"this model": pred})
     _champion(spec, report, predictions, client, frame, slices)
+    score_rival(spec, report, predictions.by_model, client, frame, y)
     report["gate"] = decide(spec.promotion, report).as_dict()
     return report, predictions
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from ml_assets.names import InvalidName, check_model_name
 from ml_assets.spec.base import StrictModel
 from ml_assets.spec.evaluation import Metric
 
@@ -27,3 +28,16 @@ class PromotionSpec(StrictModel):
         "a first model must beat the evaluation's best simple baseline by min_improvement; false: the "
         "baselines are only reported"))
     mode: Literal["automatic", "approval_required"] = "automatic"
+    rival: str | None = Field(default=None, description=(
+        "another model answering the same question (same target, same task): its champion is scored on "
+        "this model's test rows, and this model must beat it by min_improvement as well"))
+
+    @field_validator("rival")
+    @classmethod
+    def _rival_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_model_name(value)
+            except InvalidName as exc:
+                raise ValueError(str(exc)) from None
+        return value

@@ -85,3 +85,22 @@ def test_a_multiclass_gate_on_macro_f1_with_top_label_calibration():
     assert not gated.passed and [c.name for c in gated.failed] == ["calibration (ECE) worsening"]
     report["metrics"]["ece"] = 0.06
     assert decide(policy, report).passed
+
+
+def rival(new: float, old: float | None) -> dict:
+    if old is None:
+        return {"model": "flights_delay", "version": None}
+    return {"model": "flights_delay", "version": "2", "metrics": {"roc_auc": old},
+            "primary_delta": [new - old, new - old - 0.01, new - old + 0.01]}
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_rivals_champion_must_be_beaten_as_a_champion_is(first):
+    report = ({"metrics": {"roc_auc": 0.72, "log_loss": 0.4}, "champion": None} if first
+              else challenger(0.72, 0.70))
+    assert decide(POLICY, {**report, "rival": rival(0.72, 0.71)}).passed
+    lost = decide(POLICY, {**report, "rival": rival(0.72, 0.74)})
+    assert not lost.passed and [c.name for c in lost.failed] == ["improvement of roc_auc over the rival flights_delay"]
+    assert "vs rival flights_delay v2 0.7400: -0.0200" in lost.reason()
+    waiting = decide(POLICY, {**report, "rival": rival(0.72, None)})
+    assert waiting.passed and "rival flights_delay has no champion yet: not compared" in waiting.reason()
