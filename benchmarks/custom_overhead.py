@@ -30,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="5 days, 1 epoch, one run each")
     args = parser.parse_args()
-    days, epochs, runs = (5, 1, 1) if args.quick else (20, 2, 5)
+    days, epochs, runs = (5, 1, 1) if args.quick else (20, 4, 5)
     spec = load_spec(EXAMPLE / "flights_delay_ft.yaml")
     model = {"model_factory": spec.model.module, "model_params": dict(spec.model.params),
              "model_code_path": spec.model.code_path}
