@@ -36,6 +36,7 @@ EVERY_SETTING_CHANGED = {
                    "preemption_grace_seconds": 30, "orphan_grace_seconds": 10, "lease_ttl_seconds": 60,
                    "lease_wait_seconds": 200},
     "loader": {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4},
+    "data": "streaming", "streaming": {"shuffle_buffer_rows": 1000, "auto_above_mb": 10},
 }
 OVERRIDES = [
     None,
@@ -95,6 +96,7 @@ def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
         orphan_grace_seconds=training.checkpoint.orphan_grace_seconds,
         lease_ttl_seconds=training.checkpoint.lease_ttl_seconds,
         lease_wait_seconds=training.checkpoint.lease_wait_seconds, owner=owner,
+        shuffle_buffer_rows=training.streaming.shuffle_buffer_rows,
     )
     values.update(config_overrides(overrides or {}, list(training.hidden_sizes)))
     return TrainConfig(**values)

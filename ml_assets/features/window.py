@@ -21,8 +21,17 @@ from ml_assets.features.build import build_lazy
 from ml_assets.features.state import fit_state, state_bytes, transform_lazy
 from ml_assets.layout import FEATURE_STATE_FILE
 from ml_assets.spec import ModelSpec
+from ml_assets.storage import verified_local
+from ml_assets.trainer.config import DataRef
 
 STREAMING = pl.QueryOptFlags(comm_subplan_elim=False)
+
+
+def scan_verified(refs: list[DataRef], cache_dir: str | Path) -> pl.LazyFrame:
+    """Pinned feature files as one lazy frame (``fit_state`` and ``transform_lazy`` run it on the
+    streaming engine), each checked against its sha256 first in one chunked pass; a file that is not
+    local is copied into ``cache_dir`` as it is checked, and scanned there."""
+    return pl.scan_parquet([verified_local(ref.uri, ref.sha256, cache_dir) for ref in refs])
 
 
 @dataclass(frozen=True)

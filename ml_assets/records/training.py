@@ -33,6 +33,9 @@ class CheckpointRecord(Record):
     hyperparameters: dict[str, Any] = field("json")
     """Where the hyperparameters came from: {"source": ...}, and a study's best parameters."""
     progress: list[dict[str, Any]] = field("json")
+    data: dict[str, Any] = field("json", default_factory=dict)
+    """How the trainer read the window: {"mode": memory | streaming, "asked": training.data,
+    "window_bytes", "reason"}; empty in records from before streaming."""
 
     def to_metadata(self) -> dict[str, Any]:
         from ml_assets.resources.training import metadata_from_pipes

@@ -43,7 +43,8 @@ def study_job(step: Step, prepared: Prepared, val_day: str, tracking: MlflowTrac
     from ml_assets.tuning import study as st
 
     spec, tuning = step.spec, step.spec.tuning
-    base = train_config(spec, prepared.train, prepared.val, prepared.state.as_data_ref(), "unused")
+    base = train_config(spec, prepared.train, prepared.val, prepared.state.as_data_ref(), "unused",
+                        data_mode=prepared.data.mode)
     space = {k: v.model_dump(mode="json") for k, v in tuning.space.items()}
     # Same space, pruner, sampler, data and base config: the same study, continued.
     key = json.dumps({"space": space, "pruner": tuning.pruner.model_dump(mode="json"),
