@@ -38,7 +38,7 @@ import math
 import queue
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +55,9 @@ Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """numeric, categorical, target: the model's inputs for some rows."""
 READ_AHEAD = 2
 """Shuffled chunks (each at least half a buffer) a rank's reader may hold ready."""
+READ_ROWS = 8192
+"""Consecutive row groups of a shard are read and transformed together up to about this many rows
+(at most half the buffer): a transform costs about as much for one small row group as for ten."""
 
 
 def default_cache_dir() -> str:
@@ -66,6 +69,8 @@ class RowGroup:
     file: int
     """Index of its file in the config's ``train_files``."""
     index: int
+    offset: int
+    """Its first row's position in its file."""
     rows: int
 
 
@@ -94,12 +99,16 @@ class StreamedWindow:
         self.paths = [verified_local(ref.uri, ref.sha256, cache) for ref in cfg.train_files]
         self.columns = [c["name"] for c in [*state["numeric"], *state["categorical"]]] + [state["target"]]
         self.footers = [self._footer(i) for i in range(len(self.paths))]
-        self.groups = [RowGroup(f, i, md.row_group(i).num_rows) for f, md in enumerate(self.footers)
-                       for i in range(md.num_row_groups) if md.row_group(i).num_rows]
+        self.groups = [group for f, md in enumerate(self.footers) for group in _groups(f, md) if group.rows]
         self.rows = sum(g.rows for g in self.groups)
         if not self.rows:
             raise ValueError(f"the training files hold no rows: {self.uris}")
         self._plan: EpochPlan | None = None
+        # A fresh training asks first for epoch 0 from its start: its reader starts now, while the
+        # model is built (a resumed training asks for another position, and this one is dropped).
+        self._first: tuple[tuple, StreamLoader] | None = None
+        micro_batch = max(1, cfg.batch_size // (world * cfg.grad_accum_steps))
+        self._first = ((0, 0, micro_batch), self.loader(0, 0, micro_batch))
 
     def _footer(self, i: int) -> pq.FileMetaData:
         try:
@@ -128,22 +137,34 @@ class StreamedWindow:
         return EpochPlan(epoch=epoch, groups=tuple(order[self.rank::self.world]), own_rows=shard_rows[self.rank],
                          rows=max(shard_rows), padding=tuple(order[first:] + order[:first]))
 
-    def read(self, g: int) -> Rows:
-        """Row group ``g``'s rows as model inputs."""
-        group = self.groups[g]
-        where = f"{self.uris[group.file]} (row group {group.index})"
+    def read(self, groups: Sequence[int]) -> Rows:
+        """The rows of row groups ``groups``, in that order, as model inputs: one polars query
+        reads them (the Parquet reader skips the other row groups) and one transform encodes them."""
+        pieces: list[list[int]] = []  # [file, first row, rows]: adjacent row groups of a file read as one
+        for g in groups:
+            group = self.groups[g]
+            if pieces and pieces[-1][0] == group.file and sum(pieces[-1][1:]) == group.offset:
+                pieces[-1][2] += group.rows
+            else:
+                pieces.append([group.file, group.offset, group.rows])
+        scans = [pl.scan_parquet(self.paths[f]).select(self.columns).slice(first, n) for f, first, n in pieces]
         try:
-            with pq.ParquetFile(self.paths[group.file], metadata=self.footers[group.file]) as fh:
-                table = fh.read_row_group(group.index, columns=self.columns)
-        except (OSError, pa.ArrowException) as exc:
-            raise ValueError(f"{where}: {exc}") from None
-        rows = to_tensors(pl.from_arrow(table), self.state)
+            frame = pl.concat(scans, how="vertical_relaxed").collect()
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise ValueError(f"{self._where(groups)}: {exc}") from None
+        rows = to_tensors(frame, self.state)
         if self.cfg.task == "multiclass_classification":
-            check_class_indices(rows[2], self.cfg.classes, f"training {where}")
+            check_class_indices(rows[2], self.cfg.classes, f"training {self._where(groups)}")
         return rows
+
+    def _where(self, groups: Sequence[int]) -> str:
+        return "; ".join(f"{self.uris[self.groups[g].file]} (row group {self.groups[g].index})" for g in groups)
 
     def loader(self, epoch: int, start: int, micro_batch: int) -> StreamLoader:
         """This rank's micro-batches of ``epoch`` after the first ``start`` rows of it (over all ranks)."""
+        first, self._first = self._first, None
+        if first is not None and first[0] == (epoch, start, micro_batch):
+            return first[1]
         plan = self.plan(epoch)
         skip = min(start // self.world, plan.rows)
         seed = int.from_bytes(hashlib.sha256(f"{self.cfg.seed}/{epoch}/{self.rank}".encode()).digest()[:8], "little")
@@ -153,6 +174,14 @@ class StreamedWindow:
     def describe(self) -> str:
         return (f"streaming {len(self.groups)} row groups of {len(self.paths)} file(s), "
                 f"shuffle buffer {self.cfg.shuffle_buffer_rows} rows")
+
+
+def _groups(file: int, footer: pq.FileMetaData) -> Iterator[RowGroup]:
+    offset = 0
+    for i in range(footer.num_row_groups):
+        rows = footer.row_group(i).num_rows
+        yield RowGroup(file, i, offset, rows)
+        offset += rows
 
 
 def _pick(rows: Rows | None, index: torch.Tensor) -> Rows | None:
@@ -204,12 +233,15 @@ class EpochStream:
     """One rank's rows of one epoch, in shuffled chunks, from row ``skip`` of its stream on.
 
     A row's id is its position in the rank's row groups read in shard order; until the stream
-    reaches ``skip``, the buffer runs on ids alone and no row group is read."""
+    reaches ``skip``, the buffer runs on ids alone and no row group is read. Row groups are read in
+    runs of about ``read_rows`` rows, decided by row counts alone, like everything the buffer does."""
 
-    def __init__(self, read: Callable[[int], Rows], groups: list[RowGroup], plan: EpochPlan, capacity: int,
-                 seed: int, skip: int) -> None:
+    def __init__(self, read: Callable[[Sequence[int]], Rows], groups: list[RowGroup], plan: EpochPlan,
+                 capacity: int, seed: int, skip: int) -> None:
         self.read, self.groups, self.plan, self.skip = read, groups, plan, skip
-        sizes = torch.tensor([groups[g].rows for g in plan.groups], dtype=torch.int64)
+        self.read_rows = max(1, min(READ_ROWS, capacity // 2))
+        self.sizes = [groups[g].rows for g in plan.groups]
+        sizes = torch.tensor(self.sizes, dtype=torch.int64)
         self.starts = torch.cumsum(sizes, 0) - sizes
         generator = torch.Generator()
         generator.manual_seed(seed)
@@ -217,11 +249,20 @@ class EpochStream:
         self.passed = 0  # rows of the stream skipped or handed out
         self.replaying = skip > 0
 
+    def runs(self) -> Iterator[tuple[int, int]]:
+        """Positions [first, last) of the shard's row groups read together."""
+        first, rows = 0, 0
+        for pos, n in enumerate(self.sizes):
+            rows += n
+            if rows >= self.read_rows or pos + 1 == len(self.sizes):
+                yield first, pos + 1
+                first, rows = pos + 1, 0
+
     def chunks(self) -> Iterator[Rows]:
-        for pos, g in enumerate(self.plan.groups):
-            start = int(self.starts[pos])
-            ids = torch.arange(start, start + self.groups[g].rows, dtype=torch.int64)
-            self.buffer.add(ids, None if self.replaying else self.read(g))
+        for first, last in self.runs():
+            start = int(self.starts[first])
+            ids = torch.arange(start, start + sum(self.sizes[first:last]), dtype=torch.int64)
+            self.buffer.add(ids, None if self.replaying else self.read(self.plan.groups[first:last]))
             if self.buffer.ready():
                 yield from self._emit(*self.buffer.take())
         if self.buffer.size:
@@ -242,15 +283,24 @@ class EpochStream:
         yield rows
 
     def _fetch(self, ids: torch.Tensor) -> Rows:
-        """The rows of ``ids`` (in that order), reading each row group they come from once."""
-        position = torch.searchsorted(self.starts, ids, right=True) - 1
-        order = torch.argsort(position, stable=True)
-        groups, counts = torch.unique_consecutive(position[order], return_counts=True)
-        parts, taken = [], 0
-        for pos, count in zip(groups.tolist(), counts.tolist(), strict=True):
-            local = ids[order[taken:taken + count]] - self.starts[pos]
-            parts.append(_pick(self.read(self.plan.groups[pos]), local))
-            taken += count
+        """The rows of ``ids`` (in that order), reading each row group they come from once, in runs
+        of about ``read_rows`` rows (only the rows asked for are kept)."""
+        order = torch.argsort(ids)
+        wanted = ids[order]
+        positions = torch.unique_consecutive(torch.searchsorted(self.starts, wanted, right=True) - 1).tolist()
+        parts, run = [], []
+        for i, pos in enumerate(positions):
+            run.append(pos)
+            if sum(self.sizes[p] for p in run) < self.read_rows and i + 1 < len(positions):
+                continue
+            # The run's rows, concatenated, and where each wanted id of the run lies among them.
+            offsets = torch.tensor([int(self.starts[p]) for p in run])
+            sizes = torch.tensor([self.sizes[p] for p in run])
+            within = torch.cumsum(sizes, 0) - sizes
+            mine = wanted[(wanted >= offsets[0]) & (wanted < offsets[-1] + sizes[-1])]
+            at = torch.searchsorted(offsets, mine, right=True) - 1
+            parts.append(_pick(self.read([self.plan.groups[p] for p in run]), within[at] + mine - offsets[at]))
+            run = []
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(len(order))
         return _pick(_cat(parts), inverse)
@@ -266,7 +316,7 @@ class EpochStream:
             cut = max(self.skip - self.passed, 0)
             self.passed += n
             if cut < n:
-                yield tuple(t[cut:n] for t in self.read(g))
+                yield tuple(t[cut:n] for t in self.read([g]))
 
 
 _END = object()

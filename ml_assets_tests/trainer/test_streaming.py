@@ -113,7 +113,7 @@ def test_a_resumed_stream_is_the_rest_of_the_uninterrupted_one(numbered):
             return index[(file, (row - int(starts[file])) // 256)]
 
         read: list[int] = []
-        window.read = lambda g, read=read, original=window.read: read.append(g) or original(g)
+        window.read = lambda groups, read=read, original=window.read: read.extend(groups) or original(groups)
         for k in (64, 640, 1024, plan.own_rows - plan.own_rows % 64, plan.rows - plan.rows % 64):
             read.clear()
             rest = stream_of(window, 1, start=2 * k)
