@@ -54,6 +54,11 @@ class CheckpointRecord(Record):
         return cls(result=result, **window)
 
     @property
+    def streamed(self) -> bool:
+        """Whether the trainer streamed the window (too large to read into memory)."""
+        return self.data.get("mode") == "streaming"
+
+    @property
     def data_commit(self) -> str:
         """The main commit of the newest training day (it holds every earlier day too)."""
         return self.data_commits[max(self.data_commits)]

@@ -4,6 +4,7 @@ out of core (polars' streaming engine over verified files) to the state the in-m
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -17,14 +18,15 @@ from pydantic import ValidationError
 
 from ml_assets.defs.training.prepare import prepare
 from ml_assets.features.build import build_features
-from ml_assets.features.window import scan_verified
-from ml_assets.records import FeaturesRecord
+from ml_assets.features.window import sample_verified, scan_verified
+from ml_assets.records import CheckpointRecord, FeaturesRecord
 from ml_assets.resources import ArtifactStoreResource
 from ml_assets.sources import _bundled_table, local_day
 from ml_assets.spec import ModelSpec
 from ml_assets.spec.trainer_config import choose_data_mode, train_config
 from ml_assets.storage import IntegrityError
 from ml_assets.trainer.config import DataRef
+from ml_assets.trainer.result import TrainingResult
 
 DAYS = [f"2013-01-0{d}" for d in range(2, 7)]
 
@@ -112,3 +114,24 @@ def test_a_remote_file_is_scanned_from_its_verified_copy(records, tmp_path):
     scanned = scan_verified([DataRef(uri="memory://features/day.parquet", sha256=record.sha256)], tmp_path)
     assert scanned.collect().equals(pl.read_parquet(record.uri))
     assert [p.name for p in tmp_path.iterdir()] == [f"{record.sha256}.parquet"]
+
+
+def test_a_streamed_window_lends_the_baselines_a_bounded_even_sample(records, tmp_path):
+    """The evaluation fits its baselines on every k-th training row of a streamed window, read out of core."""
+    refs = [records[d].ref(d) for d in DAYS]
+    whole = pl.concat([pl.read_parquet(r.uri) for r in refs])
+    sample = sample_verified(refs, 1000, tmp_path)
+    every = -(-whole.height // 1000)
+    assert sample.height == -(-whole.height // every) <= 1000
+    assert sample.equals(whole.gather_every(every))  # spread over every day, in file order
+    assert sample_verified(refs, 10**9, tmp_path).equals(whole)
+
+    numbers = {f.name: 0 for f in dataclasses.fields(TrainingResult) if f.type in ("int", "float")}
+    texts = {f.name: "" for f in dataclasses.fields(TrainingResult) if f.type == "str"}
+    result = TrainingResult(**numbers, **texts)
+    window = dict(result=result, repository="", train_days=[], val_days=[], skipped_days={}, data_commits={},
+                  feature_files=(), feature_state_uri="", features=[], training_config={}, hyperparameters={},
+                  progress=[])
+    assert CheckpointRecord(**window, data={"mode": "streaming"}).streamed
+    assert not CheckpointRecord(**window, data={"mode": "memory"}).streamed
+    assert not CheckpointRecord(**window).streamed  # a record from before streaming
