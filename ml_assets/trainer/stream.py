@@ -15,13 +15,14 @@ window.
   in the permutation on, in file order), as DistributedSampler pads. Padding, not truncation: each
   epoch trains every row of the window once, and repeats at most (largest - smallest shard) rows
   per rank. The steps of every epoch follow from the footers alone.
-- The shuffle buffer. A rank's row groups are read one at a time, in shard order, and transformed
-  by the fitted feature state; when ``shuffle_buffer_rows`` rows wait, they are shuffled (by a
-  generator seeded with seed, epoch and rank) and all but half of the buffer goes out as
-  micro-batches; the shard's end empties it. A row group larger than the buffer is shuffled with
-  what waits.
+- The shuffle buffer. A rank's row groups are read in shard order, a few at a time (READ_ROWS),
+  and transformed by the fitted feature state; when ``shuffle_buffer_rows`` rows wait, they are
+  shuffled (by a generator seeded with seed, epoch and rank) and all but half of the buffer goes
+  out as micro-batches; the shard's end empties it. A row group larger than the buffer is shuffled
+  with what waits.
 - Read-ahead. A background thread reads, transforms and shuffles while the loop trains; the loop
-  builds the next epoch's stream while the current one trains, so its first batch is ready.
+  builds the next epoch's stream while the current one trains, so its first batch is ready (and
+  epoch 0's reader starts when the window is opened).
 - Exact resume. Which rows the buffer lets out depends on row counts and the generator alone,
   never on the values: the stream of row ids can be replayed without reading a row. A resumed rank
   replays its epoch's ids up to the rows it had trained (``Progress.rows_in_epoch`` / W), reads
@@ -89,8 +90,8 @@ class EpochPlan:
 
 
 class StreamedWindow:
-    """The training files of one config as row groups, verified once, read and transformed one at a
-    time. Raises ValueError naming the file for a file that is not Parquet or lacks a column."""
+    """The training files of one config as row groups, verified once, read and transformed a few at
+    a time. Raises ValueError naming the file for a file that is not Parquet or lacks a column."""
 
     def __init__(self, cfg: TrainConfig, state: dict, rank: int, world: int) -> None:
         self.cfg, self.state, self.rank, self.world = cfg, state, rank, world
@@ -106,8 +107,8 @@ class StreamedWindow:
         self._plan: EpochPlan | None = None
         # A fresh training asks first for epoch 0 from its start: its reader starts now, while the
         # model is built (a resumed training asks for another position, and this one is dropped).
-        self._first: tuple[tuple, StreamLoader] | None = None
-        micro_batch = max(1, cfg.batch_size // (world * cfg.grad_accum_steps))
+        self._first: tuple[tuple, StreamLoader] | None = None  # (what it was asked for, the loader)
+        micro_batch = max(1, cfg.batch_size // (world * cfg.grad_accum_steps))  # as TrainerSetup's
         self._first = ((0, 0, micro_batch), self.loader(0, 0, micro_batch))
 
     def _footer(self, i: int) -> pq.FileMetaData:
