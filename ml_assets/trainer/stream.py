@@ -15,7 +15,7 @@ window.
   in the permutation on, in file order), as DistributedSampler pads. Padding, not truncation: each
   epoch trains every row of the window once, and repeats at most (largest - smallest shard) rows
   per rank. The steps of every epoch follow from the footers alone.
-- The shuffle buffer. A rank's row groups are read in shard order, a few at a time (READ_ROWS),
+- The shuffle buffer. A rank's row groups are read in shard order, a few at a time (``shuffle.READ_ROWS``),
   and transformed by the fitted feature state; when ``shuffle_buffer_rows`` rows wait, they are
   shuffled (by a generator seeded with seed, epoch and rank) and all but half of the buffer goes
   out as micro-batches; the shard's end empties it. A row group larger than the buffer is shuffled
@@ -34,13 +34,14 @@ window.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import math
 import queue
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -51,42 +52,14 @@ import torch
 from ml_assets.storage import verified_local
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import check_class_indices, to_tensors
+from ml_assets.trainer.shuffle import EpochPlan, EpochStream, RowGroup, Rows, cat
 
-Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-"""numeric, categorical, target: the model's inputs for some rows."""
 READ_AHEAD = 2
 """Shuffled chunks (each at least half a buffer) a rank's reader may hold ready."""
-READ_ROWS = 8192
-"""Consecutive row groups of a shard are read and transformed together up to about this many rows
-(at most half the buffer): a transform costs about as much for one small row group as for ten."""
 
 
 def default_cache_dir() -> str:
     return str(Path(tempfile.gettempdir()) / "ml_assets-stream-cache")
-
-
-@dataclass(frozen=True)
-class RowGroup:
-    file: int
-    """Index of its file in the config's ``train_files``."""
-    index: int
-    offset: int
-    """Its first row's position in its file."""
-    rows: int
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    """One rank's share of one epoch."""
-
-    epoch: int
-    groups: tuple[int, ...]
-    """Its row groups (indices into ``StreamedWindow.groups``), in the order they are read."""
-    own_rows: int
-    rows: int
-    """Rows every rank streams this epoch: the largest shard's; own_rows less than that are padded."""
-    padding: tuple[int, ...]
-    """Row groups the padding rows come from, in order (cycled)."""
 
 
 class StreamedWindow:
@@ -105,6 +78,7 @@ class StreamedWindow:
         if not self.rows:
             raise ValueError(f"the training files hold no rows: {self.uris}")
         self._plan: EpochPlan | None = None
+        self._readers = Readers()
         # A fresh training asks first for epoch 0 from its start: its reader starts now, while the
         # model is built (a resumed training asks for another position, and this one is dropped).
         self._first: tuple[tuple, StreamLoader] | None = None  # (what it was asked for, the loader)
@@ -170,7 +144,7 @@ class StreamedWindow:
         skip = min(start // self.world, plan.rows)
         seed = int.from_bytes(hashlib.sha256(f"{self.cfg.seed}/{epoch}/{self.rank}".encode()).digest()[:8], "little")
         stream = EpochStream(self.read, self.groups, plan, self.cfg.shuffle_buffer_rows, seed, skip)
-        return StreamLoader(stream.chunks(), plan.rows - skip, micro_batch)
+        return StreamLoader(stream.chunks(), plan.rows - skip, micro_batch, self._readers)
 
     def describe(self) -> str:
         return (f"streaming {len(self.groups)} row groups of {len(self.paths)} file(s), "
@@ -185,146 +159,11 @@ def _groups(file: int, footer: pq.FileMetaData) -> Iterator[RowGroup]:
         offset += rows
 
 
-def _pick(rows: Rows | None, index: torch.Tensor) -> Rows | None:
-    return None if rows is None else tuple(t.index_select(0, index) for t in rows)
-
-
-def _cat(parts: list[Rows]) -> Rows:
-    return tuple(torch.cat(columns) for columns in zip(*parts, strict=True))
-
-
-class ShuffleBuffer:
-    """Rows wait until ``capacity`` of them do; then they are shuffled and all but half of the
-    buffer goes out. What goes out depends on the row counts and the generator alone, so the same
-    calls on row ids without their rows (``rows`` None) replay it."""
-
-    def __init__(self, capacity: int, generator: torch.Generator) -> None:
-        self.capacity, self.generator = capacity, generator
-        self.parts: list[tuple[torch.Tensor, Rows | None]] = []
-        self.size = 0
-
-    def add(self, ids: torch.Tensor, rows: Rows | None) -> None:
-        # Kept as parts until the next shuffle: one concatenation per shuffle, not one per row group.
-        self.parts.append((ids, rows))
-        self.size += len(ids)
-
-    def ready(self) -> bool:
-        return self.size >= self.capacity
-
-    def take(self, final: bool = False) -> tuple[torch.Tensor, Rows | None]:
-        """Shuffle; the rows that go out (all of them when ``final``)."""
-        ids = torch.cat([p[0] for p in self.parts])
-        known = [p[1] for p in self.parts]
-        rows = None if any(r is None for r in known) else _cat(known)
-        order = torch.randperm(len(ids), generator=self.generator)
-        keep = 0 if final else min(self.capacity // 2, len(ids))
-        out, held = order[:len(ids) - keep], order[len(ids) - keep:]
-        self.parts = [(ids[held], _pick(rows, held))] if keep else []
-        self.size = keep
-        return ids[out], _pick(rows, out)
-
-    def load(self, fetch: Callable[[torch.Tensor], Rows]) -> None:
-        """Give the waiting row ids their rows: the replay becomes the stream."""
-        if self.parts:
-            ids = torch.cat([p[0] for p in self.parts])
-            self.parts = [(ids, fetch(ids))]
-
-
-class EpochStream:
-    """One rank's rows of one epoch, in shuffled chunks, from row ``skip`` of its stream on.
-
-    A row's id is its position in the rank's row groups read in shard order; until the stream
-    reaches ``skip``, the buffer runs on ids alone and no row group is read. Row groups are read in
-    runs of about ``read_rows`` rows, decided by row counts alone, like everything the buffer does."""
-
-    def __init__(self, read: Callable[[Sequence[int]], Rows], groups: list[RowGroup], plan: EpochPlan,
-                 capacity: int, seed: int, skip: int) -> None:
-        self.read, self.groups, self.plan, self.skip = read, groups, plan, skip
-        self.read_rows = max(1, min(READ_ROWS, capacity // 2))
-        self.sizes = [groups[g].rows for g in plan.groups]
-        sizes = torch.tensor(self.sizes, dtype=torch.int64)
-        self.starts = torch.cumsum(sizes, 0) - sizes
-        generator = torch.Generator()
-        generator.manual_seed(seed)
-        self.buffer = ShuffleBuffer(capacity, generator)
-        self.passed = 0  # rows of the stream skipped or handed out
-        self.replaying = skip > 0
-
-    def runs(self) -> Iterator[tuple[int, int]]:
-        """Positions [first, last) of the shard's row groups read together."""
-        first, rows = 0, 0
-        for pos, n in enumerate(self.sizes):
-            rows += n
-            if rows >= self.read_rows or pos + 1 == len(self.sizes):
-                yield first, pos + 1
-                first, rows = pos + 1, 0
-
-    def chunks(self) -> Iterator[Rows]:
-        for first, last in self.runs():
-            start = int(self.starts[first])
-            ids = torch.arange(start, start + sum(self.sizes[first:last]), dtype=torch.int64)
-            self.buffer.add(ids, None if self.replaying else self.read(self.plan.groups[first:last]))
-            if self.buffer.ready():
-                yield from self._emit(*self.buffer.take())
-        if self.buffer.size:
-            yield from self._emit(*self.buffer.take(final=True))
-        yield from self._padding()
-
-    def _emit(self, ids: torch.Tensor, rows: Rows | None) -> Iterator[Rows]:
-        if self.passed + len(ids) <= self.skip:  # trained before the checkpoint
-            self.passed += len(ids)
-            return
-        if rows is None:  # the replay reaches the resume point: from here on the rows are needed
-            ids = ids[self.skip - self.passed:]
-            self.passed = self.skip
-            rows = self._fetch(ids)
-            self.buffer.load(self._fetch)
-            self.replaying = False
-        self.passed += len(ids)
-        yield rows
-
-    def _fetch(self, ids: torch.Tensor) -> Rows:
-        """The rows of ``ids`` (in that order), reading each row group they come from once, in runs
-        of about ``read_rows`` rows (only the rows asked for are kept)."""
-        order = torch.argsort(ids)
-        wanted = ids[order]
-        positions = torch.unique_consecutive(torch.searchsorted(self.starts, wanted, right=True) - 1).tolist()
-        parts, run = [], []
-        for i, pos in enumerate(positions):
-            run.append(pos)
-            if sum(self.sizes[p] for p in run) < self.read_rows and i + 1 < len(positions):
-                continue
-            # The run's rows, concatenated, and where each wanted id of the run lies among them.
-            offsets = torch.tensor([int(self.starts[p]) for p in run])
-            sizes = torch.tensor([self.sizes[p] for p in run])
-            within = torch.cumsum(sizes, 0) - sizes
-            mine = wanted[(wanted >= offsets[0]) & (wanted < offsets[-1] + sizes[-1])]
-            at = torch.searchsorted(offsets, mine, right=True) - 1
-            parts.append(_pick(self.read([self.plan.groups[p] for p in run]), within[at] + mine - offsets[at]))
-            run = []
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(len(order))
-        return _pick(_cat(parts), inverse)
-
-    def _padding(self) -> Iterator[Rows]:
-        """Rows repeated after this rank's own until it has streamed ``plan.rows``."""
-        need, i = self.plan.rows - self.plan.own_rows, 0
-        while need > 0:
-            g = self.plan.padding[i % len(self.plan.padding)]
-            i += 1
-            n = min(need, self.groups[g].rows)
-            need -= n
-            cut = max(self.skip - self.passed, 0)
-            self.passed += n
-            if cut < n:
-                yield tuple(t[cut:n] for t in self.read([g]))
-
-
 _END = object()
 
 
 def _produce(chunks: Iterator[Rows], out: queue.Queue, stop: threading.Event) -> None:
-    """The reader thread: chunks into ``out`` until they end, an error (handed over), or ``stop``."""
+    """A reader: chunks into ``out`` until they end, an error (handed over), or ``stop``."""
 
     def put(item: object) -> bool:
         while not stop.is_set():
@@ -336,25 +175,76 @@ def _produce(chunks: Iterator[Rows], out: queue.Queue, stop: threading.Event) ->
         return False
 
     try:
-        for chunk in chunks:
-            if not put(chunk):
+        while not stop.is_set():
+            chunk = next(chunks, _END)
+            if not put(chunk) or chunk is _END:
                 return
-        put(_END)
     except BaseException as exc:  # the loop re-raises it where it waits for a batch
         put(exc)
 
 
-class StreamLoader:
-    """One rank's micro-batches of one epoch; a thread reads ahead from the moment it is built."""
+class Readers:
+    """Two long-lived daemon threads that run a window's readers (the current epoch's and the next
+    one's). Not a thread per epoch: glibc gives new threads malloc arenas of their own, and with a
+    thread per epoch a rank's memory grew by about a megabyte an epoch (measured: 426 MB after one
+    epoch, 471 MB after 24). Daemons, stopped at exit: a reader still inside polars or torch when the
+    interpreter finalizes aborts the process (``terminate called``), which would turn a clean exit
+    (or the preemption code 75) into a crash."""
 
-    def __init__(self, chunks: Iterator[Rows], rows: int, micro_batch: int) -> None:
+    def __init__(self, threads: int = 2) -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._stops: set[threading.Event] = set()
+        self._idle = threading.Condition()
+        self._busy = 0
+        for i in range(threads):
+            threading.Thread(target=self._work, name=f"stream-reader-{i}", daemon=True).start()
+        _OPEN.add(self)
+
+    def _work(self) -> None:
+        while True:
+            args = self._tasks.get()
+            with self._idle:
+                self._busy += 1
+            try:
+                _produce(*args)
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    self._stops.discard(args[2])
+                    self._idle.notify_all()
+
+    def submit(self, chunks: Iterator[Rows], out: queue.Queue, stop: threading.Event) -> None:
+        with self._idle:
+            self._stops.add(stop)
+        self._tasks.put((chunks, out, stop))
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every reader and wait (at most ``timeout``) for the one in a read to finish it."""
+        with self._idle:
+            for stop in self._stops:
+                stop.set()
+            self._idle.wait_for(lambda: not self._busy and not self._stops, timeout)
+
+
+_OPEN: weakref.WeakSet[Readers] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_readers() -> None:
+    for readers in list(_OPEN):
+        readers.close()
+
+
+class StreamLoader:
+    """One rank's micro-batches of one epoch; a reader thread reads ahead from the moment it is built."""
+
+    def __init__(self, chunks: Iterator[Rows], rows: int, micro_batch: int, readers: Readers) -> None:
         self.micro_batch, self.batches = micro_batch, math.ceil(rows / micro_batch)
         self._queue: queue.Queue = queue.Queue(maxsize=READ_AHEAD)
         self._stop = threading.Event()
-        # The thread holds the chunks, the queue and the event, not the loader: a loader dropped
-        # mid-epoch (max_steps, a stop) is collected, and stops its thread.
-        threading.Thread(target=_produce, args=(chunks, self._queue, self._stop), name="stream-reader",
-                         daemon=True).start()
+        # The reader holds the chunks, the queue and the event, not the loader: a loader dropped
+        # mid-epoch (max_steps, a stop, a resume elsewhere) is collected, and frees its reader.
+        readers.submit(chunks, self._queue, self._stop)
 
     def __len__(self) -> int:
         return self.batches
@@ -365,7 +255,7 @@ class StreamLoader:
             if isinstance(chunk, BaseException):
                 raise chunk
             if carry is not None:
-                chunk = _cat([carry, chunk])
+                chunk = cat([carry, chunk])
             full = len(chunk[2]) - len(chunk[2]) % b
             for start in range(0, full, b):
                 yield tuple(t[start:start + b] for t in chunk)

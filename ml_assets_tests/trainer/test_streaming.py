@@ -212,6 +212,10 @@ def test_sigkill_mid_epoch_then_rerun_gives_the_same_bits(data, reference, tmp_p
     # The interrupted epoch's loss sums both ranks' shares from before and after the checkpoint, in
     # another order than the uninterrupted run: equal but for rounding.
     assert [h["train_loss"] for h in history] == pytest.approx([h["train_loss"] for h in expected], rel=1e-12)
+    # Run again: the training is found finished while epoch 0's reader has started; the exit is clean.
+    rerun = run(torchrun_args(tmp_path / "config.json", nproc=2))
+    assert rerun.returncode == 0 and "the checkpoint says training already finished" in rerun.stderr, rerun.stderr[-3000:]
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == (reference / "model.safetensors").read_bytes()
 
 
 def test_a_stream_checkpointed_by_two_ranks_resumes_on_one(data, reference, tmp_path):
