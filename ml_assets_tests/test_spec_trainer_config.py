@@ -40,6 +40,7 @@ EVERY_SETTING_CHANGED = {
                    "lease_wait_seconds": 200},
     "loader": {"num_workers": 2, "pin_memory": True, "prefetch_factor": 4},
     "strategy": "fsdp", "fsdp": {"param_dtype": "bf16", "reduce_dtype": "bf16", "reshard_after_forward": False},
+    "data": "streaming", "streaming": {"shuffle_buffer_rows": 1000, "auto_above_mb": 10},
 }
 OVERRIDES = [
     None,
@@ -103,6 +104,7 @@ def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
         lease_wait_seconds=training.checkpoint.lease_wait_seconds, owner=owner,
         strategy=training.strategy, fsdp_param_dtype=training.fsdp.param_dtype,
         fsdp_reduce_dtype=training.fsdp.reduce_dtype, fsdp_reshard_after_forward=training.fsdp.reshard_after_forward,
+        shuffle_buffer_rows=training.streaming.shuffle_buffer_rows,
     )
     values.update(config_overrides(overrides or {}, spec.model.layers, spec.model.params))
     return TrainConfig(**values)

@@ -69,29 +69,7 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
     metrics = report["metrics"]
     champion = report.get("champion")
     if champion is None:
-        decision = Decision(passed=True, kind="first_model")
-        baseline = report.get("baseline")
-        if baseline and policy.beat_baseline:
-            # Beating what a practitioner would try first is the bar; a floor only adds to it.
-            best = next(b for b in baseline["baselines"] if b["name"] == baseline["best"])
-            gain, lo, hi = _gain(primary, baseline["delta"])
-            decision.clauses.append(Clause(
-                f"improvement of {primary} over the baseline", round(gain, 6), f">= {policy.min_improvement}",
-                gain >= policy.min_improvement,
-                f"first model: {primary} {metrics[primary]:.4f} vs baseline {best['name']} ({best['description']}) "
-                f"{best['metrics'][primary]:.4f}: {gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), "
-                f"required >= {policy.min_improvement:+.4f}"))
-        for metric, floor in sorted(policy.floors.items()):
-            value = metrics[metric]
-            higher = HIGHER_IS_BETTER[metric]
-            ok = value >= floor if higher else value <= floor
-            bound = f"{'>=' if higher else '<='} {floor}"
-            decision.clauses.append(Clause(
-                f"floor {metric}", round(value, 6), bound, ok,
-                f"first model: {metric} {value:.4f} {'meets' if ok else 'misses'} the floor {bound}"))
-        _rival(policy, report, decision)
-        decision.passed = all(c.ok for c in decision.clauses)
-        return decision
+        return _first_model(policy, report)
     if champion.get("same_weights"):
         return Decision(passed=True, kind="same_as_champion", clauses=[Clause(
             "same weights as champion", champion["version"], "different weights", True,
@@ -120,6 +98,34 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
             growth <= policy.max_calibration_worsening,
             f"expected calibration error {metrics['ece']:.4f} vs {champion['metrics']['ece']:.4f} "
             f"({growth:+.4f}), allowed growth {policy.max_calibration_worsening}"))
+    _rival(policy, report, decision)
+    decision.passed = all(c.ok for c in decision.clauses)
+    return decision
+
+
+def _first_model(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
+    """No champion yet: the best baseline by min_improvement, the floors (and a rival)."""
+    primary, metrics = policy.primary_metric, report["metrics"]
+    decision = Decision(passed=True, kind="first_model")
+    baseline = report.get("baseline")
+    if baseline and policy.beat_baseline:
+        # Beating what a practitioner would try first is the bar; a floor only adds to it.
+        best = next(b for b in baseline["baselines"] if b["name"] == baseline["best"])
+        gain, lo, hi = _gain(primary, baseline["delta"])
+        decision.clauses.append(Clause(
+            f"improvement of {primary} over the baseline", round(gain, 6), f">= {policy.min_improvement}",
+            gain >= policy.min_improvement,
+            f"first model: {primary} {metrics[primary]:.4f} vs baseline {best['name']} ({best['description']}) "
+            f"{best['metrics'][primary]:.4f}: {gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), "
+            f"required >= {policy.min_improvement:+.4f}"))
+    for metric, floor in sorted(policy.floors.items()):
+        value = metrics[metric]
+        higher = HIGHER_IS_BETTER[metric]
+        ok = value >= floor if higher else value <= floor
+        bound = f"{'>=' if higher else '<='} {floor}"
+        decision.clauses.append(Clause(
+            f"floor {metric}", round(value, 6), bound, ok,
+            f"first model: {metric} {value:.4f} {'meets' if ok else 'misses'} the floor {bound}"))
     _rival(policy, report, decision)
     decision.passed = all(c.ok for c in decision.clauses)
     return decision

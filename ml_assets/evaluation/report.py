@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from ml_assets.records import CheckpointRecord, EvaluationRecord, VersionTags
 from ml_assets.serving.predict import predict
 from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
 from ml_assets.trainer.config import DataRef
+
+BASELINE_ROWS = 1_000_000
+"""The most training rows the baselines are fitted on when the trainer streamed the window."""
 
 
 class EvaluationError(Exception):
@@ -52,16 +56,28 @@ def _per_class(spec: ModelSpec, y: np.ndarray, pred: np.ndarray) -> dict[str, An
             "per_class": M.per_class_metrics(y, pred, classes)}
 
 
+def _training_rows(loaded, streamed: bool) -> pl.DataFrame:
+    """The model's training rows; of a window the trainer streamed (larger than memory), at most
+    BASELINE_ROWS of them, every k-th, read out of core."""
+    from ml_assets.features.window import sample_verified
+    from ml_assets.trainer.data import read_frame
+
+    refs = [_ref(r) for r in loaded.meta["train_files"]]
+    if not streamed:
+        return read_frame(refs)
+    with tempfile.TemporaryDirectory(prefix="ml_assets-baseline-") as cache:
+        return sample_verified(refs, BASELINE_ROWS, cache)
+
+
 def _baselines(spec: ModelSpec, loaded, frame: pl.DataFrame, val_frame: pl.DataFrame, y: np.ndarray,
-               pred: np.ndarray, threshold: float | None) -> dict[str, Any]:
+               pred: np.ndarray, threshold: float | None, streamed: bool) -> dict[str, Any]:
     """The baselines fitted on the model's own training days through its feature state, scored on
     the test rows beside it (``evaluation.baseline``)."""
     from ml_assets.evaluation import baseline as B
     from ml_assets.features.state import transform
-    from ml_assets.trainer.data import read_frame
 
     state, ev = loaded.feature_state, spec.evaluation
-    train = transform(read_frame([_ref(r) for r in loaded.meta["train_files"]]), state)
+    train = transform(_training_rows(loaded, streamed), state)
     fitted = B.fit_baselines(spec.target.task, train, state, len(spec.target.classes or []))
     return B.score_baselines(spec.target.task, spec.promotion.primary_metric, fitted, transform(frame, state), y, pred,
                              threshold, transform(val_frame, state), top_k=ev.top_k,
@@ -106,7 +122,7 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
         per_class = _per_class(spec, y, pred)
         fn = M.metric_function(task, primary, threshold, top_k=ev.top_k)
         lo, hi = M.bootstrap_ci(y, pred, fn, n=ev.bootstrap_samples, level=ev.confidence_level, seed=0)
-        baseline = _baselines(spec, loaded, frame, val_frame, y, pred, threshold)
+        baseline = _baselines(spec, loaded, frame, val_frame, y, pred, threshold, ckpt.streamed)
     except M.MetricError as exc:
         raise EvaluationError(str(exc)) from None
     report: dict[str, Any] = {

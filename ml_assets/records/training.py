@@ -33,6 +33,9 @@ class CheckpointRecord(Record):
     hyperparameters: dict[str, Any] = field("json")
     """Where the hyperparameters came from: {"source": ...}, and a study's best parameters."""
     progress: list[dict[str, Any]] = field("json")
+    data: dict[str, Any] = field("json", default_factory=dict)
+    """How the trainer read the window: {"mode": memory | streaming, "asked": training.data,
+    "window_bytes", "reason"}; empty in records from before streaming."""
 
     def to_metadata(self) -> dict[str, Any]:
         from ml_assets.resources.training import metadata_from_pipes
@@ -49,6 +52,11 @@ class CheckpointRecord(Record):
         window = {f.name: decode(f, unwrap(values[f.name])) for f in dataclasses.fields(cls)
                   if f.name != "result" and f.name in values}
         return cls(result=result, **window)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the trainer streamed the window (too large to read into memory)."""
+        return self.data.get("mode") == "streaming"
 
     @property
     def data_commit(self) -> str:

@@ -33,6 +33,14 @@ class LoaderSpec(StrictModel):
     prefetch_factor: int = Field(default=2, ge=1, le=64)
 
 
+class StreamingSpec(StrictModel):
+    shuffle_buffer_rows: int = Field(default=65_536, ge=1, le=100_000_000, description=(
+        "streamed windows: rows each rank shuffles together; a rank's memory grows with it, not with the window"))
+    auto_above_mb: float = Field(default=1024, gt=0, description=(
+        "data: auto streams a window whose feature files (compressed Parquet, validation days included) hold "
+        "more than this many MB; in memory a window takes several times its files' size"))
+
+
 class EarlyStoppingSpec(StrictModel):
     patience: int = Field(default=0, ge=0, description="epochs without improvement before stopping (0: off)")
     min_delta: float = Field(default=0.0, ge=0)
@@ -60,6 +68,12 @@ class TrainingSpec(StrictModel):
         "train and evaluate on the other days, listing the skipped ones"))
     max_missing_days: int = Field(default=0, ge=0, le=365, description=(
         "with missing_days: skip, the most days of the window and the test days that may be missing"))
+    data: Literal["memory", "streaming", "auto"] = Field(default="auto", description=(
+        "memory: every rank reads the whole training window into memory. streaming: each rank streams its "
+        "shard of the window's Parquet row groups every epoch through a shuffle buffer, so memory stays flat "
+        "however long the window (docs/training.md). auto: streaming when the window's feature files exceed "
+        "streaming.auto_above_mb"))
+    streaming: StreamingSpec = StreamingSpec()
     epochs: PositiveInt = 8
     batch_size: PositiveInt = 256
     grad_accum_steps: PositiveInt = 1

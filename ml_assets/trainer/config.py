@@ -14,6 +14,10 @@ ASYNC_MODES = ("off", "thread", "process")
 STRATEGIES = ("ddp", "fsdp")
 FSDP_PARAM_DTYPES = ("fp32", "bf16", "fp16")
 FSDP_REDUCE_DTYPES = ("fp32", "bf16")
+DATA_MODES = ("memory", "streaming")
+STREAMING_ONLY = ("data_mode", "shuffle_buffer_rows")
+"""Fields that decide the weights only when streaming: a config in memory leaves them out of its
+fingerprint, so configs from before streaming keep theirs (and their checkpoints)."""
 
 # Fields that say where things go or how often to report, not what is trained: two configs that
 # differ only in these train the same weights and may resume each other's checkpoints.
@@ -21,7 +25,7 @@ NOT_TRAINING = frozenset({
     "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
     "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
     "prefetch_factor", "threads", "epoch_log", "owner", "orphan_grace_seconds", "lease_ttl_seconds",
-    "lease_wait_seconds", "model_code_path", "fsdp_reshard_after_forward",
+    "lease_wait_seconds", "model_code_path", "fsdp_reshard_after_forward", "stream_cache_dir",
 })
 # Fields added after checkpoints existed: left out of the fingerprint while they hold these values,
 # so the configs written before them keep their fingerprint (and their checkpoints).
@@ -112,6 +116,16 @@ class TrainConfig:
     """torch.use_deterministic_algorithms: bit-for-bit repeatable runs (and resumes) on CPU."""
     max_steps: int = 0
     """Stop after this many optimizer steps in all (0: run every epoch)."""
+    data_mode: str = "memory"
+    """memory: every rank reads the whole window into memory once. streaming: each rank streams
+    its shard of the window's Parquet row groups each epoch through a shuffle buffer
+    (ml_assets.trainer.stream); memory stays flat as the window grows. The validation rows are in
+    memory either way."""
+    shuffle_buffer_rows: int = 65_536
+    """streaming: rows a rank shuffles together; more mixes further and costs memory."""
+    stream_cache_dir: str = ""
+    """streaming: where feature files that are not local are copied (verified, named by sha256)
+    before they are streamed; empty: ``ml_assets-stream-cache`` in the system's temporary directory."""
 
     num_workers: int = 0
     pin_memory: bool = False
@@ -181,6 +195,8 @@ class TrainConfig:
              f"hidden_sizes must be positive, got {self.hidden_sizes}")
         need(self.early_stopping_patience >= 0, f"early_stopping_patience must be >= 0, got {self.early_stopping_patience}")
         need(self.max_steps >= 0, f"max_steps must be >= 0, got {self.max_steps}")
+        need(self.data_mode in DATA_MODES, f"data_mode {self.data_mode!r} is not one of {DATA_MODES}")
+        need(self.shuffle_buffer_rows >= 1, f"shuffle_buffer_rows must be >= 1, got {self.shuffle_buffer_rows}")
         need(self.num_workers >= 0, f"num_workers must be >= 0, got {self.num_workers}")
         need(self.prefetch_factor >= 1, f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         need(self.threads >= 0, f"threads must be >= 0, got {self.threads}")
@@ -234,6 +250,9 @@ class TrainConfig:
                 del kept[name]
         if "model_code" in kept:  # the content's digest; the file list is what it digests
             kept["model_code"] = kept["model_code"]["sha256"]
+        if self.data_mode == "memory":  # and configs from before streaming keep theirs
+            for key in STREAMING_ONLY:
+                del kept[key]
         for key in ("train_files", "val_files"):
             kept[key] = [{k: v for k, v in ref.items() if k != "commit"} for ref in kept[key]]
         kept["feature_state"] = {k: v for k, v in kept["feature_state"].items() if k != "commit"}

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import polars as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -36,11 +37,12 @@ def to_tensors(frame: pl.DataFrame, state: dict) -> tuple[torch.Tensor, torch.Te
     encoded = transform(frame, state)
     if encoded.target is None:
         raise ValueError(f"feature rows lack the target column {state['target']!r}")
-    return (
-        torch.from_numpy(encoded.numeric),
-        torch.from_numpy(encoded.categorical),
-        torch.from_numpy(encoded.target),
-    )
+    return _tensor(encoded.numeric), _tensor(encoded.categorical), _tensor(encoded.target)
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    # Columns read through Arrow (streaming) can come back as read-only views, which torch warns of.
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
 def check_class_indices(target: torch.Tensor, classes: list[str], rows: str) -> None:

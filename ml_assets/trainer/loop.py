@@ -31,7 +31,7 @@ class Trainer(CheckpointedTrainer):
         if p.done:
             self.log("the checkpoint says training already finished; exporting")
             return
-        self.log(f"training {cfg.model} ({self.model_name}): {len(self.train_t[2])} rows, {len(self.val_t[2])} validation rows, "
+        self.log(f"training {cfg.model} ({self.model_name}): {self.train_rows} rows, {len(self.val_t[2])} validation rows, "
                  f"{self.rt.world} rank(s) on {self.rt.device}, {cfg.epochs} epochs x {self.steps_per_epoch} steps, "
                  f"micro-batch {self.micro_batch} x {cfg.grad_accum_steps} accumulation, precision "
                  f"{self.autocast_dtype or torch.float32}")
@@ -74,7 +74,7 @@ class Trainer(CheckpointedTrainer):
             self._optimizer_step()
             p.step += 1
             self.stats["steps"] += 1
-            p.rows_in_epoch = min(epoch_start + micro * self.micro_batch * self.rt.world, len(self.train_t[2]))
+            p.rows_in_epoch = min(epoch_start + micro * self.micro_batch * self.rt.world, self.epoch_rows(p.epoch))
             if p.step % cfg.report_every_steps == 0:
                 self._report_progress(interval)
             if cfg.max_steps and p.step >= cfg.max_steps:
@@ -141,6 +141,8 @@ class Trainer(CheckpointedTrainer):
 
     # -- the pieces of a step --------------------------------------------------------------------
     def _build_loader(self, epoch: int, start: int):
+        if self.stream is not None:
+            return self.stream.loader(epoch, start, self.micro_batch)
         sampler = ResumableSampler(self.train_t[2], num_replicas=self.rt.world, rank=self.rt.rank, seed=self.cfg.seed)
         sampler.set_epoch(epoch)
         sampler.set_start(start)

@@ -15,7 +15,9 @@ class Progress:
     step: int = 0
     epoch: int = 0
     rows_in_epoch: int = 0
-    """Rows of the current epoch's permutation already trained on, over all ranks."""
+    """Rows of the current epoch already trained on, over all ranks: positions of the epoch's
+    permutation (data_mode memory), or rows of the ranks' streams, padding included (streaming:
+    each rank replays its stream to rows_in_epoch / W, ml_assets.trainer.stream)."""
     epoch_loss: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """[sum of losses, rows] of the current epoch so far, over all ranks."""
     history: list[dict] = field(default_factory=list)

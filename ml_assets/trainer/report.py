@@ -37,7 +37,7 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict
         checkpoint_uri=saved["uri"], checkpoint_sha256=saved["sha256"], checkpoint_bytes=saved["bytes"],
         meta_uri=saved["meta_uri"], meta_sha256=saved["meta_sha256"],
         feature_state_sha256=cfg.feature_state.sha256,
-        train_rows=len(trainer.train_t[2]), val_rows=len(trainer.val_t[2]),
+        train_rows=trainer.train_rows, val_rows=len(trainer.val_t[2]),
         world_size=rt.world, device=str(rt.device), backend=rt.backend,
         precision=str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
         steps=p.step, stop_reason=p.stop_reason, weights_from=which,

@@ -23,6 +23,7 @@ from ml_assets.trainer.data import check_class_indices, read_frame, read_state, 
 from ml_assets.trainer.parallel import wrap
 from ml_assets.trainer.progress import Progress
 from ml_assets.trainer.runtime import Runtime, choose_precision
+from ml_assets.trainer.stream import StreamedWindow
 
 
 def warmup_cosine(warmup: int, total: int, floor: float) -> Callable[[int], float]:
@@ -49,20 +50,27 @@ class TrainerSetup:
             torch.use_deterministic_algorithms(True)
         torch.manual_seed(cfg.seed)
         self.state = read_state(cfg.feature_state)
-        self.train_t = to_tensors(read_frame(cfg.train_files), self.state)
+        # Streaming: no training row is held; each epoch's are read as they are trained (stream.py).
+        self.stream = StreamedWindow(cfg, self.state, rt.rank, rt.world) if cfg.data_mode == "streaming" else None
+        self.train_t = to_tensors(read_frame(cfg.train_files), self.state) if self.stream is None else None
+        self.train_rows = self.stream.rows if self.stream is not None else len(self.train_t[2])
+        if self.stream is not None:
+            log(self.stream.describe())
         self.val_t = to_tensors(read_frame(cfg.val_files), self.state)
         if cfg.task == "multiclass_classification":
-            check_class_indices(self.train_t[2], cfg.classes, "training")
+            if self.train_t is not None:
+                check_class_indices(self.train_t[2], cfg.classes, "training")
             check_class_indices(self.val_t[2], cfg.classes, "validation")
-        built = build(cfg, self.state, (self.train_t[0][:SAMPLE_ROWS], self.train_t[1][:SAMPLE_ROWS]))
+        # The factory's module is tried on real rows: the validation rows, in memory in either data mode.
+        built = build(cfg, self.state, (self.val_t[0][:SAMPLE_ROWS], self.val_t[1][:SAMPLE_ROWS]))
         self.model, self.model_rebuild, self.model_name = built.model.to(rt.device), built.rebuild, built.name
         self.param_names = [name for name, _ in self.model.named_parameters()]
         self.net = wrap(self.model, cfg, rt, log)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.micro_batch = max(1, cfg.batch_size // (rt.world * cfg.grad_accum_steps))
-        rows_per_rank = math.ceil(len(self.train_t[2]) / rt.world)
-        self.steps_per_epoch = math.ceil(math.ceil(rows_per_rank / self.micro_batch) / cfg.grad_accum_steps)
-        self.total_steps = self.steps_per_epoch * cfg.epochs
+        steps = [math.ceil(math.ceil(math.ceil(self.epoch_rows(e) / rt.world) / self.micro_batch)
+                           / cfg.grad_accum_steps) for e in range(cfg.epochs)]
+        self.steps_per_epoch, self.total_steps = max(steps), sum(steps)
         if cfg.max_steps:
             self.total_steps = min(self.total_steps, cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -80,6 +88,12 @@ class TrainerSetup:
         self._next: tuple[int, Future] | None = None
         self._last_saved_step = 0
         self._last_save_time = time.monotonic()
+
+    def epoch_rows(self, epoch: int) -> int:
+        """Rows of an epoch over all ranks (streaming: with padding; its epochs' lengths differ)."""
+        if self.stream is not None:
+            return self.stream.plan(epoch).rows * self.rt.world
+        return self.train_rows
 
     def _flags(self, stop: bool, due: bool) -> tuple[bool, bool]:
         """Every rank must stop and checkpoint at the same step: agree by an all-reduce (max)."""

@@ -53,6 +53,8 @@ class CheckpointedTrainer(TrainerSetup):
         self.progress.world_size = self.rt.world
         # A copy: the background writer serializes it while training goes on.
         progress = json.loads(json.dumps(self.progress.to_dict()))
+        if self.rt.world > 1:  # rank 0's copy is saved, and it alone carries the epoch's loss on resume
+            progress["epoch_loss"] = self._reduce(list(self.progress.epoch_loss))
         stall = self.ckpt.save(self.progress.step, self.tensors(), progress, blocking=blocking)
         self._last_saved_step = self.progress.step
         self.stats["checkpoint_stall_s"] += stall

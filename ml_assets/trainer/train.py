@@ -83,7 +83,7 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
                 "model": cfg.model, "task": cfg.task, **({"classes": cfg.classes} if cfg.classes else {}),
                 **trainer.model_rebuild,
                 "history": p.history, "stop_reason": p.stop_reason, "steps": p.step, "best_val_loss": p.best_val_loss,
-                "weights_from": which, "train_rows": len(trainer.train_t[2]), "val_rows": len(trainer.val_t[2]),
+                "weights_from": which, "train_rows": trainer.train_rows, "val_rows": len(trainer.val_t[2]),
                 "world_size": rt.world, "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,
                 "train_files": [ref.__dict__ for ref in cfg.train_files],
                 "val_files": [ref.__dict__ for ref in cfg.val_files],

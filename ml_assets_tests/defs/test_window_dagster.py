@@ -51,6 +51,7 @@ def test_a_window_skips_a_day_its_checks_stopped_and_every_record_says_so(home, 
     ckpt, report = meta("trained_checkpoint"), meta("evaluation_report")
     assert ckpt["train_days"] == [d.isoformat() for d in days[:2]]
     assert ckpt["val_days"] == [days[3].isoformat()] and ckpt["skipped_days"] == skipped
+    assert ckpt["data"]["mode"] == "memory" and "training.streaming.auto_above_mb (1024)" in ckpt["data"]["reason"]
     assert report["test_days"] == [d.isoformat() for d in days[-2:]]
     assert report["validation_days"] == [days[3].isoformat()] and report["skipped_days"] == skipped
     assert report["test_rows"] == sum(pl.read_parquet(tmp_path / "data" / "flights" / f"{d}.parquet")

@@ -54,7 +54,8 @@ RECORDS = {
         feature_files=(DataRef(uri="/a/f.parquet", sha256="f" * 64, day="2013-01-30", commit="c0"),),
         feature_state_uri="/a/state.json", features=["x"], training_config={"epochs": 2},
         hyperparameters={"source": "the spec's training section"},
-        progress=[{"step": 1, "loss": 0.5, "samples_per_s": 10.0, "lr": 0.001, "time": 1.0}]),
+        progress=[{"step": 1, "loss": 0.5, "samples_per_s": 10.0, "lr": 0.001, "time": 1.0}],
+        data={"mode": "streaming", "asked": "auto", "window_bytes": 2_000_000_000, "reason": "above the limit"}),
     "evaluation_report": EvaluationRecord(
         primary_metric="roc_auc", metrics={"roc_auc": 0.7, "log_loss": 0.5}, primary_interval=[0.6, 0.8],
         test_rows=100, repository="r", test_days=["2013-02-01"], validation_days=["2013-01-31"],

@@ -34,7 +34,8 @@ def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned
     try:  # a factory's code is pinned as the config is made, then tried before anything is launched
         cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
                            layout.output_dir(checkpoint_root, step.partition, step.run_id),
-                           tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}")
+                           tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}",
+                           data_mode=prepared.data.mode)
         check_model(cfg)
     except ValueError as exc:
         raise step.failure(exc) from None
@@ -51,7 +52,7 @@ def launch(context: dg.AssetExecutionContext, step: Step, launcher: TorchrunLaun
         config_path.write_text(cfg.to_json())
         nodes = f" on each of {training.nodes} nodes" if training.nodes > 1 and launcher.spreads_nodes else ""
         context.log.info(f"trained_checkpoint {step.partition}: torchrun with {launcher.processes(spec)} processes"
-                         f"{nodes}: {window.describe()}; checkpoints in {cfg.checkpoint_root}")
+                         f"{nodes}: {window.describe()}; data {cfg.data_mode}; checkpoints in {cfg.checkpoint_root}")
         outcome = launcher.train(context, spec, str(config_path), cfg.output_dir)
     check_outcome(step, outcome, cfg)
     return TrainingResult(**{k: unwrap(v) for k, v in outcome.result.metadata.items()}), outcome.progress
@@ -86,4 +87,5 @@ def checkpoint_record(step: Step, result: TrainingResult, window: Window, record
         feature_files=tuple(r.ref(d) for d, r in records.items()), feature_state_uri=prepared.state.uri,
         features=feature_columns(step.spec), training_config=json.loads(cfg.to_json()),
         hyperparameters=tuned.as_metadata() if tuned else {"source": "the spec's training section"},
+        data=prepared.data.as_metadata(),
         progress=[{k: m[k] for k in ("step", "loss", "samples_per_s", "lr", "time")} for m in progress])

@@ -45,7 +45,8 @@ def study_job(step: Step, prepared: Prepared, val_day: str, tracking: MlflowTrac
 
     spec, tuning = step.spec, step.spec.tuning
     try:
-        base = train_config(spec, prepared.train, prepared.val, prepared.state.as_data_ref(), "unused")
+        base = train_config(spec, prepared.train, prepared.val, prepared.state.as_data_ref(), "unused",
+                            data_mode=prepared.data.mode)
         check_model(base)
     except ValueError as exc:
         raise step.failure(exc) from None
