@@ -215,7 +215,10 @@ def test_an_async_checkpoint_of_sharded_state_is_written_while_fsdp_trains(tmp_p
 REF = DataRef(uri="/data/train.parquet", sha256="1" * 64, commit="c0ffee")
 BASE = dict(model="m", task="binary_classification", train_files=[REF], val_files=[REF], feature_state=REF,
             output_dir="/tmp/out")
-NEW_FIELDS = {"strategy", "fsdp_param_dtype", "fsdp_reduce_dtype", "fsdp_reshard_after_forward"}
+NEW_FIELDS = {"strategy", "fsdp_param_dtype", "fsdp_reduce_dtype", "fsdp_reshard_after_forward",
+              # and those added beside FSDP: a model's factory, streaming
+              "model_factory", "model_params", "model_code", "model_code_path", "data_mode", "shuffle_buffer_rows",
+              "stream_cache_dir"}
 
 
 def test_a_config_from_before_fsdp_keeps_its_fingerprint():
