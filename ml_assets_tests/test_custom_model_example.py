@@ -6,7 +6,6 @@ reproduce` rebuilds its weights bit for bit, or names the changed file when the 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import subprocess
@@ -18,19 +17,17 @@ import dagster as dg
 import polars as pl
 import pytest
 import yaml
-from mlflow.tracking import MlflowClient
 
-from ml_assets.definitions import build_definitions
 from ml_assets.records import VersionTags
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_spec
 from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.test_examples import run_example
 
 pytestmark = pytest.mark.e2e
 EXAMPLE = BUNDLED_MODELS_DIR.parents[1] / "examples" / "ft_transformer"
 NAME = "flights_delay_ft"
 RIVAL = "flights_delay"
-INGEST = ("raw_data", "validated_snapshot", "features")
 
 
 def cut_down(spec: dict) -> dict:
@@ -60,25 +57,6 @@ def models(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return out
 
 
-def materialize(models: Path, name: str = NAME) -> tuple[dt.date, object]:
-    spec = load_spec(models / f"{name}.yaml")
-    before = spec.training.window_days + spec.evaluation.test_days - 1
-    day = spec.partitioning.start + dt.timedelta(days=before)
-    instance = dg.DagsterInstance.get()
-    daily = build_definitions(load_settings()).resolve_job_def(f"{name}_daily")
-    for back in range(before, 0, -1):
-        result = daily.execute_in_process(partition_key=(day - dt.timedelta(days=back)).isoformat(), instance=instance,
-                                          asset_selection=[dg.AssetKey([name, s]) for s in INGEST])
-        assert result.success
-    proc = subprocess.run([sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ml_assets", "--select",
-                           f"group:{name}", "--partition", day.isoformat()],
-                          capture_output=True, text=True, timeout=600, env=cli_env())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    settings = load_settings()
-    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
-    return day, client.get_model_version_by_alias(name, "challenger")
-
-
 def reproduce(*extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ml_assets.cli", "reproduce", NAME, "--version", "1", *extra],
                           capture_output=True, text=True, timeout=600, env=cli_env())
@@ -86,18 +64,15 @@ def reproduce(*extra: str) -> subprocess.CompletedProcess:
 
 def test_an_own_model_trains_registers_serves_without_its_package_and_reproduces(models, tmp_path):
     # The built-in model first, made champion: the example's gate compares it on the same rows.
-    materialize(models, RIVAL)
+    run_example(RIVAL, models)
     promoted = subprocess.run([sys.executable, "-m", "ml_assets.cli", "promote", RIVAL, "1", "--reason", "the rival"],
                               capture_output=True, text=True, timeout=300, env=cli_env())
     assert promoted.returncode == 0, promoted.stderr[-3000:]
 
-    day, version = materialize(models)
+    report, version, day = run_example(NAME, models)
     tags = VersionTags.from_tags(version.tags)
     assert tags.model_factory == "ft_transformer.model:build" and len(tags.model_code_sha256) == 64
-    report = dg.DagsterInstance.get().fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey([NAME, "evaluation_report"]), asset_partitions=[day.isoformat()]),
-        limit=1).records[0].asset_materialization.metadata
-    assert f"vs rival {RIVAL} v1 " in report["gate_reason"].value
+    assert f"vs rival {RIVAL} v1 " in report["gate_reason"]
 
     # A fresh process in which the example's package cannot be imported: the registered model
     # brings its code (MLflow code_paths) and predicts the day's feature rows.

@@ -5,6 +5,7 @@ evaluation's baseline to be registered, and its registered pyfunc serves in the 
 import datetime as dt
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 import mlflow.pyfunc
@@ -21,9 +22,9 @@ pytestmark = pytest.mark.e2e
 INGEST = ("raw_data", "validated_snapshot", "features")
 
 
-def run_example(name: str) -> tuple[dict, object, dt.date]:
+def run_example(name: str, models_dir: Path = BUNDLED_MODELS_DIR) -> tuple[dict, object, dt.date]:
     """The example's first trainable partition, its history ingested first: (report, version, day)."""
-    spec = load_spec(BUNDLED_MODELS_DIR / f"{name}.yaml")
+    spec = load_spec(models_dir / f"{name}.yaml")
     before = spec.training.window_days + spec.evaluation.test_days - 1
     day = spec.partitioning.start + dt.timedelta(days=before)
     instance = dg.DagsterInstance.get()

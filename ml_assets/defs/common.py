@@ -62,7 +62,7 @@ def code_version(spec: ModelSpec, sections: tuple[str, ...], *modules: str,
     """
     digest = hashlib.sha256(spec.fingerprint(*sections).encode())
     if factory is not None and factory.module:
-        digest.update(code_pin.pin(factory.module, factory.code_path or "")["sha256"].encode())
+        digest.update(code_pin.content(factory.module, factory.code_path or "")[1].encode())
     for name in modules:
         found = importlib.util.find_spec(name)
         if found is None or found.origin is None:

@@ -75,11 +75,9 @@ def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
             "same weights as champion", champion["version"], "different weights", True,
             f"identical to champion version {champion['version']}")])
     decision = Decision(passed=True, kind="challenger")
-    gain, lo, hi = _gain(primary, report["primary_delta"])
-    decision.clauses.append(Clause(
-        f"improvement of {primary}", round(gain, 6), f">= {policy.min_improvement}", gain >= policy.min_improvement,
-        f"{primary} {metrics[primary]:.4f} vs champion v{champion['version']} {champion['metrics'][primary]:.4f}: "
-        f"{gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), required >= {policy.min_improvement:+.4f}"))
+    decision.clauses.append(_improvement(policy, report, f"improvement of {primary}",
+                                         f"champion v{champion['version']}", champion["metrics"][primary],
+                                         report["primary_delta"]))
     regressions = report.get("slice_regressions", [])
     worst = max(regressions, key=lambda r: r["regression"], default=None)
     if worst is None:
@@ -111,13 +109,10 @@ def _first_model(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
     if baseline and policy.beat_baseline:
         # Beating what a practitioner would try first is the bar; a floor only adds to it.
         best = next(b for b in baseline["baselines"] if b["name"] == baseline["best"])
-        gain, lo, hi = _gain(primary, baseline["delta"])
-        decision.clauses.append(Clause(
-            f"improvement of {primary} over the baseline", round(gain, 6), f">= {policy.min_improvement}",
-            gain >= policy.min_improvement,
-            f"first model: {primary} {metrics[primary]:.4f} vs baseline {best['name']} ({best['description']}) "
-            f"{best['metrics'][primary]:.4f}: {gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), "
-            f"required >= {policy.min_improvement:+.4f}"))
+        decision.clauses.append(_improvement(
+            policy, report, f"improvement of {primary} over the baseline",
+            f"baseline {best['name']} ({best['description']})", best["metrics"][primary], baseline["delta"],
+            prefix="first model: "))
     for metric, floor in sorted(policy.floors.items()):
         value = metrics[metric]
         higher = HIGHER_IS_BETTER[metric]
@@ -136,16 +131,22 @@ def _rival(policy: PromotionSpec, report: dict[str, Any], decision: Decision) ->
     rival = report.get("rival")
     if not rival:
         return
-    primary, metrics = policy.primary_metric, report["metrics"]
+    primary = policy.primary_metric
     if rival["version"] is None:
         decision.clauses.append(Clause(f"improvement of {primary} over the rival {rival['model']}", None,
                                        f">= {policy.min_improvement}", True,
                                        f"rival {rival['model']} has no champion yet: not compared"))
         return
-    gain, lo, hi = _gain(primary, rival["primary_delta"])
-    decision.clauses.append(Clause(
-        f"improvement of {primary} over the rival {rival['model']}", round(gain, 6), f">= {policy.min_improvement}",
-        gain >= policy.min_improvement,
-        f"{primary} {metrics[primary]:.4f} vs rival {rival['model']} v{rival['version']} "
-        f"{rival['metrics'][primary]:.4f}: {gain:+.4f} (interval of the change {lo:+.4f}..{hi:+.4f}), required >= "
-        f"{policy.min_improvement:+.4f}"))
+    decision.clauses.append(_improvement(policy, report, f"improvement of {primary} over the rival {rival['model']}",
+                                         f"rival {rival['model']} v{rival['version']}", rival["metrics"][primary],
+                                         rival["primary_delta"]))
+
+
+def _improvement(policy: PromotionSpec, report: dict[str, Any], name: str, other: str, other_value: float,
+                 delta: list[float], prefix: str = "") -> Clause:
+    """The primary metric's change over another model on the same rows, at least ``min_improvement``."""
+    primary = policy.primary_metric
+    gain, lo, hi = _gain(primary, delta)
+    return Clause(name, round(gain, 6), f">= {policy.min_improvement}", gain >= policy.min_improvement,
+                  f"{prefix}{primary} {report['metrics'][primary]:.4f} vs {other} {other_value:.4f}: {gain:+.4f} "
+                  f"(interval of the change {lo:+.4f}..{hi:+.4f}), required >= {policy.min_improvement:+.4f}")

@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ml_assets.names import InvalidName, check_model_name
+
 PositiveInt = Annotated[int, Field(gt=0)]
 # A function the spec names for the platform to import: a custom check or a custom transform.
 CUSTOM_CHECK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -17,6 +19,14 @@ class StrictModel(BaseModel):
     """A spec section: unknown keys are errors (a typo is not silently ignored), values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def model_name(value: str) -> str:
+    """A model's name (ml_assets.names), its problem said as a spec field's error."""
+    try:
+        return check_model_name(value)
+    except InvalidName as exc:
+        raise ValueError(str(exc)) from None
 
 
 def check_zone(value: str) -> str:

@@ -7,9 +7,8 @@ import json
 
 from pydantic import Field, field_validator, model_validator
 
-from ml_assets.names import InvalidName, check_model_name
 from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
-from ml_assets.spec.base import StrictModel
+from ml_assets.spec.base import StrictModel, model_name
 from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
 from ml_assets.spec.features import FeaturesSpec
 from ml_assets.spec.partitioning import PartitioningSpec
@@ -46,10 +45,7 @@ class ModelSpec(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        try:
-            return check_model_name(value)
-        except InvalidName as exc:
-            raise ValueError(str(exc)) from None
+        return model_name(value)
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> ModelSpec:

@@ -6,8 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ml_assets.names import InvalidName, check_model_name
-from ml_assets.spec.base import StrictModel
+from ml_assets.spec.base import StrictModel, model_name
 from ml_assets.spec.evaluation import Metric
 
 
@@ -35,9 +34,4 @@ class PromotionSpec(StrictModel):
     @field_validator("rival")
     @classmethod
     def _rival_name(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                check_model_name(value)
-            except InvalidName as exc:
-                raise ValueError(str(exc)) from None
-        return value
+        return None if value is None else model_name(value)

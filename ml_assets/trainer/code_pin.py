@@ -84,11 +84,16 @@ def _distribution(top: str) -> dict:
     return {}
 
 
+def content(import_path: str, code_path: str = "") -> tuple[dict[str, str], str]:
+    """The package's files (relative path -> sha256) and the one digest over them: what a pin pins,
+    without looking up the installed distributions (code versions and verification need no more)."""
+    files = source_files(package_root(import_path, code_path))
+    return files, hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+
+
 def pin(import_path: str, code_path: str = "") -> dict:
     """``{"module", "package", "files", "sha256"[, "distribution", "version"]}`` of an import path."""
-    root = package_root(import_path, code_path)
-    files = source_files(root)
-    digest = hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+    files, digest = content(import_path, code_path)
     top = import_path.split(":")[0].split(".")[0]
     return {"module": import_path, "package": top, "files": files, "sha256": digest, **_distribution(top)}
 
@@ -101,10 +106,10 @@ def changed(pinned: dict, current: dict) -> list[str]:
 
 def verify(pinned: dict, code_path: str = "") -> None:
     """Raise, naming the changed files, unless the code on disk is the pinned code."""
-    current = pin(pinned["module"], code_path)
-    if current["sha256"] != pinned["sha256"]:
-        files = changed(pinned, current)
+    files, digest = content(pinned["module"], code_path)
+    if digest != pinned["sha256"]:
+        files = changed(pinned, {"files": files})
         raise ModelContractError(
             f"model.module: the code of {pinned['module']} changed since it was pinned (sha256 "
-            f"{pinned['sha256'][:12]}, now {current['sha256'][:12]}): {', '.join(files[:10])}"
+            f"{pinned['sha256'][:12]}, now {digest[:12]}): {', '.join(files[:10])}"
             + (f" and {len(files) - 10} more" if len(files) > 10 else ""))
