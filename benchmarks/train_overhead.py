@@ -11,7 +11,8 @@ AdamW, warmup-cosine schedule, gradient clipping, autocast choice, shuffled batc
 validation pass per epoch, written by hand, with one thread. Each run of either is a fresh process
 (the trainer always is one, and a process's first epochs pay one-off costs: kernel set-up, lazy
 imports), the bare loop started by this module as ``--bare CONFIG``. The runs take turns; the ratio
-of medians is the RESULT (goal >= 0.97).
+of medians is the RESULT (goal >= 0.97). The bare loop gets the trainer's malloc
+settings (ml_assets.trainer.runtime.steady_allocator), so that the ratio measures the trainer's code.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.contract import ModelInputs
 from ml_assets.trainer.data import read_frame, read_state, to_tensors
 from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
-from ml_assets.trainer.runtime import choose_precision
+from ml_assets.trainer.runtime import choose_precision, steady_allocator
 from ml_assets.trainer.train import warmup_cosine
 
 
@@ -49,8 +50,12 @@ def bare_model(cfg: TrainConfig, state: dict, n_numeric: int) -> torch.nn.Module
     return factory(ModelInputs.from_state(state, cfg.task, cfg.classes), **cfg.model_params)
 
 
-def bare_loop(cfg: TrainConfig) -> float:
-    """A hand-written loop of the same recipe; returns samples/s over its epochs."""
+def bare_loop(cfg: TrainConfig, allocator: bool = True) -> float:
+    """A hand-written loop of the same recipe; returns samples/s over its epochs. With ``allocator``
+    the process gets the trainer's malloc settings first (runtime.steady_allocator), so the ratio
+    measures the trainer's code, not glibc's allocation history."""
+    if allocator:
+        steady_allocator()
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     state = read_state(cfg.feature_state)
@@ -84,10 +89,11 @@ def bare_loop(cfg: TrainConfig) -> float:
     return n * cfg.epochs / (time.perf_counter() - started)
 
 
-def bare_in_a_fresh_process(cfg: TrainConfig, tmp: str) -> float:
+def bare_in_a_fresh_process(cfg: TrainConfig, tmp: str, allocator: bool = True) -> float:
     config = Path(tmp) / "bare.json"
     config.write_text(cfg.to_json())
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.train_overhead", "--bare", str(config)],
+    flags = [] if allocator else ["--glibc-defaults"]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.train_overhead", "--bare", str(config), *flags],
                           capture_output=True, text=True, timeout=1800, env=env(1))
     if proc.returncode != 0:
         raise SystemExit(f"the bare loop failed:\n{proc.stderr[-3000:]}")
@@ -98,9 +104,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10 days, 1 epoch, one run each")
     parser.add_argument("--bare", metavar="CONFIG", help=argparse.SUPPRESS)
+    parser.add_argument("--glibc-defaults", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare:
-        print(bare_loop(TrainConfig.from_json(args.bare)))
+        print(bare_loop(TrainConfig.from_json(args.bare), allocator=not args.glibc_defaults))
         return
     days, epochs, runs = (10, 1, 1) if args.quick else (60, 4, 5)
     with tempfile.TemporaryDirectory(prefix="ml_assets-bench-") as tmp:
@@ -113,6 +120,7 @@ def main() -> None:
             bare.append(bare_in_a_fresh_process(cfg, tmp))
     print(f"platform trainer (torchrun, 1 rank, 1 thread): {median(ours):9,.0f} samples/s  runs {[round(v) for v in ours]}")
     print(f"bare PyTorch loop (same recipe, 1 thread):     {median(bare):9,.0f} samples/s  runs {[round(v) for v in bare]}")
+    print(f"ratios of the runs in turn (the spread): {[round(a / b, 3) for a, b in zip(ours, bare, strict=True)]}")
     print(f"RESULT train_overhead {median(ours) / median(bare):.3f} goal >= 0.97")
 
 

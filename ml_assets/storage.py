@@ -54,6 +54,7 @@ def verified_local(uri: str, sha256: str, cache_dir: str | Path) -> Path:
     if cached.exists():
         with cached.open("rb") as fh:
             if _copy_hashing(fh) == sha256:
+                os.utime(cached)  # used now: a cache pruned by age keeps it (trainer.stream.prune_cache)
                 return cached
     cached.parent.mkdir(parents=True, exist_ok=True)
     # A name of its own: ranks on one machine may copy the same file at once.

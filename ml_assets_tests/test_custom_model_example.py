@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 import yaml
 
+from ml_assets.definitions import build_definitions
 from ml_assets.records import VersionTags
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_spec
@@ -36,6 +37,8 @@ def cut_down(spec: dict) -> dict:
     spec["training"].update(window_days=6, validation_days=2, epochs=3, early_stopping={"patience": 0},
                             processes_per_node=1)
     spec["promotion"].update(beat_baseline=False, min_improvement=-1.0, floors={})
+    if "tuning" in spec:
+        spec["tuning"].update(trials=2, max_epochs=1, startup_trials=2, pruner={"kind": "none"})
     return spec
 
 
@@ -99,6 +102,17 @@ def test_an_own_model_trains_registers_serves_without_its_package_and_reproduces
     done = reproduce()
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"reproduced bit for bit; weights sha256 {tags.checkpoint_sha256}" in done.stdout
+
+    # The factory's own hyperparameters (the spec's params.* space) are searched by the
+    # hyperparameters asset, as the built-in model's are.
+    tune = build_definitions(load_settings()).resolve_job_def(f"{NAME}_tune")
+    tuned = tune.execute_in_process(instance=dg.DagsterInstance.get())
+    assert tuned.success
+    [study] = tuned.asset_materializations_for_node(f"{NAME}__hyperparameters")
+    assert study.metadata["trials_completed"].value == 2
+    best = study.metadata["best_params"].value
+    assert {"params.d_token", "params.n_blocks", "params.attention_dropout", "learning_rate"} <= set(best)
+    assert best["params.d_token"] in (16, 32, 64) and isinstance(best["params.n_blocks"], int)
 
     # The factory's code changed after training: reproducing names the file, and the copy
     # registered with the version still rebuilds the same weights.

@@ -126,7 +126,10 @@ class CustomModel(nn.Module):
 
 def load_factory(path: str, code_path: str = "", where: str = "model.module") -> ModelFactory:
     """The factory an import path names, a plain function wrapped with the default hooks. With
-    ``code_path`` (a directory), it is searched before the installed packages."""
+    ``code_path`` (a directory), it is searched before the installed packages, and stays on
+    ``sys.path`` for the life of the process: a factory may import its package's other modules
+    later (inside ``build``, or a hook). Two models whose code paths hold packages of one name are
+    told apart by ``_import``."""
     module_name, attr = check_import_path(path, where).split(":")
     if code_path:
         if code_path in sys.path:

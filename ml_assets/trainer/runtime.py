@@ -4,6 +4,8 @@ Pure PyTorch, like the rest of the trainer (ml_assets.trainer.train runs it)."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import signal
 import threading
@@ -46,6 +48,36 @@ def compute_init() -> Runtime:
         torch.cuda.set_device(local)
         return Runtime(rank, world, torch.device("cuda", local), backend)
     return Runtime(rank, world, torch.device("cpu"), backend)
+
+
+MMAP_THRESHOLD = 32 << 20
+TRIM_THRESHOLD = 64 << 20
+"""glibc's allocator settings for a training process (``steady_allocator``): blocks up to 32 MiB come
+from the heap, and the heap gives memory back to the system once 64 MiB lie free at its top."""
+
+
+def steady_allocator() -> bool:
+    """Fix glibc malloc's thresholds for the life of the process; True when set.
+
+    By default glibc moves its mmap threshold as blocks are freed, so whether a step's activations
+    (a few MiB each for an attention layer over a batch) come from a fresh mmap, page-faulted and
+    zeroed on every step, or from the heap depends on the process's allocation history: two processes running
+    the same loop can differ several times over in page faults, and by several percent in
+    samples/s (python -m benchmarks.custom_overhead shows both). Fixed thresholds make a training
+    step cost the same in every process. A user's own MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ is
+    left alone, as is a C library without ``mallopt`` (musl's is a no-op, macOS has none)."""
+    if any(os.environ.get(name) for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return False
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, TRIM_THRESHOLD))
 
 
 def compute_cleanup() -> None:

@@ -22,7 +22,7 @@ from ml_assets.trainer.contract import SAMPLE_ROWS
 from ml_assets.trainer.data import check_class_indices, read_frame, read_state, to_tensors
 from ml_assets.trainer.parallel import wrap
 from ml_assets.trainer.progress import Progress
-from ml_assets.trainer.runtime import Runtime, choose_precision
+from ml_assets.trainer.runtime import Runtime, choose_precision, steady_allocator
 from ml_assets.trainer.stream import StreamedWindow
 
 
@@ -44,6 +44,7 @@ class TrainerSetup:
                  warn: Callable[[str], None] | None = None) -> None:
         self.cfg, self.rt, self.log, self.report = cfg, rt, log, report
         self.warn = warn or log
+        steady_allocator()  # before the window's rows and the model take their memory
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         if cfg.deterministic:

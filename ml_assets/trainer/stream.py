@@ -5,7 +5,8 @@ window.
 
 - Verification. Every feature file is checked against its sha256 once, when the trainer starts,
   in one chunked pass (``ml_assets.storage.verified_local``); a file that is not local is copied
-  into the cache directory as it is hashed, and streamed from there.
+  into the cache directory as it is hashed, and streamed from there. Copies unused for
+  ``CACHE_KEEP_DAYS`` are removed when a training opens its window.
 - Shards. The window's row groups (their row counts come from the Parquet footers; no row is read)
   are permuted by ``seed + epoch``, as the in-memory sampler permutes rows; rank r of W takes
   positions r, r+W, r+2W, ... of that permutation.
@@ -37,9 +38,11 @@ from __future__ import annotations
 import atexit
 import hashlib
 import math
+import os
 import queue
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -58,8 +61,34 @@ READ_AHEAD = 2
 """Shuffled chunks (each at least half a buffer) a rank's reader may hold ready."""
 
 
+CACHE_KEEP_DAYS = 7.0
+"""A cached copy unused for this long is removed when a training opens its window: a restarted or
+retried training (hours later) finds its files, and a machine's disk does not fill with windows
+that nobody trains on any more."""
+
+
 def default_cache_dir() -> str:
     return str(Path(tempfile.gettempdir()) / "ml_assets-stream-cache")
+
+
+def prune_cache(cache: str | Path, keep: Sequence[Path], days: float = CACHE_KEEP_DAYS) -> list[Path]:
+    """Remove the cached copies (and copies left half-written by a killed process) last used more than
+    ``days`` ago, except ``keep``; returns what was removed. A copy's time of last use is its mtime
+    (``verified_local`` touches it on every use). Another training on this machine that still reads a
+    removed copy keeps reading it (POSIX unlink); one that verifies it again copies it again."""
+    root = Path(cache)
+    if not root.is_dir():
+        return []
+    cutoff, kept = time.time() - days * 86400, {Path(p).resolve() for p in keep}
+    removed = []
+    for entry in root.iterdir():
+        try:
+            if entry.is_file() and entry.resolve() not in kept and entry.stat().st_mtime < cutoff:
+                entry.unlink()
+                removed.append(entry)
+        except FileNotFoundError:  # another training pruned it first
+            continue
+    return removed
 
 
 class StreamedWindow:
@@ -71,6 +100,8 @@ class StreamedWindow:
         cache = cfg.stream_cache_dir or default_cache_dir()
         self.uris = [ref.uri for ref in cfg.train_files]
         self.paths = [verified_local(ref.uri, ref.sha256, cache) for ref in cfg.train_files]
+        if int(os.environ.get("LOCAL_RANK", rank)) == 0:  # once per machine
+            prune_cache(cache, self.paths)
         self.columns = [c["name"] for c in [*state["numeric"], *state["categorical"]]] + [state["target"]]
         self.footers = [self._footer(i) for i in range(len(self.paths))]
         self.groups = [group for f, md in enumerate(self.footers) for group in _groups(f, md) if group.rows]

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -133,3 +137,14 @@ def test_the_checkpoint_key_follows_what_decides_the_weights(data, tmp_path):
     changed = [replace(base, learning_rate=0.01), replace(base, seed=1),
                replace(base, train_files=[DataRef(uri=base.train_files[0].uri, sha256="0" * 64)])]
     assert len({c.fingerprint() for c in changed} | {base.fingerprint()}) == 4
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's thresholds are glibc's")
+def test_the_allocator_thresholds_are_fixed_unless_the_environment_chose_them():
+    probe = "from ml_assets.trainer.runtime import steady_allocator; print(steady_allocator())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    ours = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert ours.stdout.strip() == "True"
+    theirs = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            env={**env, "MALLOC_TRIM_THRESHOLD_": "1048576"})
+    assert theirs.stdout.strip() == "False"

@@ -5,9 +5,11 @@ ranks under real torchrun (gloo on the CPU)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -151,6 +153,29 @@ def test_a_remote_file_is_copied_verified_into_the_cache(numbered, tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [cached.name]  # no partial copy left
     cached.write_bytes(data[:-1] + b"\0")  # a damaged cache entry is fetched again, never used
     assert verified_local("memory://bucket/day.parquet", sha, tmp_path / "cache").read_bytes() == data
+
+
+def test_opening_a_window_prunes_cached_copies_unused_for_a_week(numbered, tmp_path):
+    cfg, state, _ = numbered
+    data = Path(cfg.train_files[0].uri).read_bytes()
+    with fsspec.open("memory://bucket/window.parquet", "wb") as fh:
+        fh.write(data)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old, stale, recent = cache / f"{'a' * 64}.parquet", cache / f"{'b' * 64}.parquet.tmp-1-x", cache / f"{'c' * 64}.parquet"
+    for path in (old, stale, recent):
+        path.write_bytes(b"x")
+    week_ago = time.time() - 8 * 86400
+    for path in (old, stale):
+        os.utime(path, (week_ago, week_ago))
+    ours = cache / f"{cfg.train_files[0].sha256}.parquet"
+    ours.write_bytes(data)
+    os.utime(ours, (week_ago, week_ago))  # ours, unused for as long: reused, so touched and kept
+    remote = replace(cfg, train_files=[DataRef(uri="memory://bucket/window.parquet", sha256=cfg.train_files[0].sha256)],
+                     stream_cache_dir=str(cache))
+    StreamedWindow(remote, state, 0, 1)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([recent.name, ours.name])
+    assert ours.stat().st_mtime > time.time() - 60
 
 
 def test_configs_in_memory_keep_their_fingerprint():
