@@ -1,7 +1,7 @@
 """``ml-assets``: the project's command line.
 
     ml-assets demo [--model flights_delay] [--day 2013-03-15]   run the main job on embedded defaults
-    ml-assets lineage MODEL [--version N | --alias A | --partition D] [--json]
+    ml-assets lineage MODEL [--version N | --alias A | --partition D | --predictions FILE] [--json]
                                                                 walk a model back to its source bytes
     ml-assets replay-checks MODEL --start D --end D [--json] [--ignore-waivers]
                                                                 the snapshot's checks over past source days
@@ -56,15 +56,21 @@ def version_store(settings: Settings):
     return LocalVersionStore(settings.version_store_root, objects_url=settings.objects_url)
 
 
-def lineage(model: str, version: str | None, alias: str | None, partition: str | None, as_json: bool) -> int:
-    """Exit 0 when every reachable hash matches, 1 on a mismatch, 2 when the model or version does not exist."""
+def lineage(model: str, version: str | None, alias: str | None, partition: str | None, as_json: bool,
+            predictions: str | None = None) -> int:
+    """Exit 0 when every reachable hash matches, 1 on a mismatch, 2 when the model, version or
+    predictions file does not exist."""
     from ml_assets import lineage as lin
-    from ml_assets.names import InvalidName
+    from ml_assets.names import InvalidName, check_model_name
 
     settings = load_settings()
     client, store = _client(settings), version_store(settings)
     try:
-        result = lin.trace(client, store, model, version, alias, partition, _object_paths(settings, model))
+        paths = _object_paths(settings, model)
+        if predictions:
+            result = lin.trace_predictions(client, store, check_model_name(model), predictions, paths)
+        else:
+            result = lin.trace(client, store, model, version, alias, partition, paths)
     except (lin.LineageError, InvalidName) as exc:
         print(f"ml-assets lineage: {exc}", file=sys.stderr)
         return 2
@@ -266,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--version", help="a model version number")
     which.add_argument("--alias", help="a model alias, e.g. champion or challenger")
     which.add_argument("--partition", help="the version trained for this day (YYYY-MM-DD)")
+    which.add_argument("--predictions", metavar="FILE", help="a predictions file (path or URL): the version that "
+                       "scored it and the rows it scored")
     trace.add_argument("--json", action="store_true", help="print the chain and checks as JSON")
     replay = sub.add_parser("replay-checks", help="run the snapshot's checks over a range of source days, in memory")
     replay.add_argument("model")
@@ -323,7 +331,7 @@ def _dispatch(args: argparse.Namespace) -> None:
 
         sys.exit(demo(args.model, args.day))
     if args.command == "lineage":
-        sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json))
+        sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json, args.predictions))
     sys.exit(paths())
 
 

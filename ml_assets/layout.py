@@ -85,6 +85,9 @@ class Layout:
     def evaluation_prefix(self, day: dt.date | str) -> str:
         return f"{self.model}/evaluation/date={_iso(day)}"
 
+    def predictions_prefix(self, day: dt.date | str) -> str:
+        return f"{self.model}/predictions/date={_iso(day)}"
+
     # The checkpoint store.
     def partition_dir(self, root: str, day: dt.date | str) -> str:
         return f"{root.rstrip('/')}/{self.model}/date={_iso(day)}"

@@ -2,6 +2,8 @@
 
 registered model version -> MLflow run -> checkpoint (URI, sha256) -> features (URI, sha256, commit)
 -> snapshot commit on main (who published it, after which checks) -> raw commit -> source files.
+A predictions file is walked the same way: the file -> the version that scored it (and the rest
+of that version's chain) and the day's snapshot commit it scored -> raw commit -> source files.
 Used by ``ml-assets lineage``; needs MLflow and the version store, not the Dagster instance.
 """
 
@@ -149,6 +151,7 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
         checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
                             meta["feature_state_sha256"], _sha(files[FEATURE_STATE_FILE].read_bytes()),
                             f"{mv.source}/artifacts/feature_state.json"))
+    lineage.chain["feature_state_sha256"] = meta["feature_state_sha256"]
     checkpoint_uri = tags.checkpoint_uri
     if checkpoint_uri:
         data = _read(checkpoint_uri)
@@ -166,6 +169,34 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
             checks.append(Check(f"features {day} ({role})", ref["sha256"], _sha(data) if data else None, ref["uri"]))
             days.append(_trace_day(store, repo, day, role, ref, data_commits.get(day), object_paths, checks))
     lineage.chain["days"] = days
+    return lineage
+
+
+def trace_predictions(client, store: VersionStore, model: str, uri: str, object_paths=None) -> Lineage:
+    """A predictions file (``ml_assets.scoring``) back to the version that scored it and the day's
+    published rows it scored; the version's own chain follows."""
+    from ml_assets.scoring.predictions import PARQUET_KEYS, read_about
+
+    data = _read(uri)
+    if data is None:
+        raise LineageError(f"{uri}: cannot be read")
+    about = read_about(data)
+    if missing := [k for k in PARQUET_KEYS if k not in about]:
+        raise LineageError(f"{uri}: not a predictions file of ml_assets (its Parquet metadata lacks {missing})")
+    if about["model"] != model:
+        raise LineageError(f"{uri}: scored by model {about['model']!r}, not {model!r}")
+    lineage = trace(client, store, model, version=about["version"], object_paths=object_paths)
+    sha = _sha(data)
+    checks = [Check("predictions file named by its sha256", Path(uri).stem, sha, uri),
+              Check(f"weights that scored it are version {about['version']}'s", about["weights_sha256"],
+                    lineage.chain["tags"].get("checkpoint_sha256"), "model version tag checkpoint_sha256"),
+              Check(f"feature state that scored it is version {about['version']}'s", about["feature_state_sha256"],
+                    lineage.chain["feature_state_sha256"], "the registered model's meta.json")]
+    scored = _trace_day(store, about["repository"], about["day"], "scored", {"uri": uri, "sha256": sha},
+                        about["data_commit"], object_paths, checks)
+    lineage.chain["predictions"] = {**about, "uri": uri, "sha256": sha}
+    lineage.chain["days"] = [scored, *lineage.chain["days"]]
+    lineage.checks[:0] = checks
     return lineage
 
 
@@ -213,7 +244,12 @@ def _trace_day(store, repo, day, role, ref, commit, object_paths, checks) -> dic
 def render(lineage: Lineage) -> str:
     c = lineage.chain
     run = c["mlflow_run"]
-    out = [
+    out = []
+    if "predictions" in c:
+        p = c["predictions"]
+        out += [f"predictions {p['uri']}", f"  sha256 {p['sha256']}: day {p['day']} scored by {c['model']} version "
+                f"{p['version']} (weights {p['weights_sha256'][:16]}…) from main commit {p['data_commit']}"]
+    out += [
         f"{c['model']} version {c['version']}" + (f"  (@{', @'.join(c['aliases'])})" if c["aliases"] else ""),
         f"  MLflow run {run['id']} ({run['status']}), trained by Dagster run {run['dagster_run_id']}",
         f"    {run['dagster_run_url'] or ''}",
@@ -221,7 +257,8 @@ def render(lineage: Lineage) -> str:
         f"    sha256 {c['checkpoint']['sha256']}  {json.dumps(c['checkpoint']['meta'])}",
     ]
     for day in c.get("days", []):
-        out.append(f"  {day['role']} day {day['day']}: features {day['features']['uri']}")
+        what = "predictions" if day["role"] == "scored" else "features"
+        out.append(f"  {day['role']} day {day['day']}: {what} {day['features']['uri']}")
         out.append(f"    sha256 {day['features']['sha256']}, read from main commit {day['snapshot_commit']}")
         if "published" in day:
             p = day["published"]

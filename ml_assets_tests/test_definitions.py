@@ -65,11 +65,12 @@ def test_second_spec_makes_a_second_independent_group(tmp_path, spec_dict):
     defs = _defs(tmp_path)
     graph = defs.resolve_asset_graph()
     groups = {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    # production_model sits in its own group: "materialize the group for a day" never promotes.
+    # production_model (and predictions, which it feeds) sit in their own group: "materialize the
+    # group for a day" never promotes or scores.
     assert groups == {"flights_delay", "flights_delay_minutes", "flights_delay_production",
                       "flights_delay_minutes_production", "flights_delay_tuning", "flights_delay_minutes_tuning"}
     second = [k for k in graph.get_all_asset_keys() if k.path[0] == "flights_delay_minutes"]
-    assert len(second) == len(STAGES) + 2  # + production_model and hyperparameters
+    assert len(second) == len(STAGES) + 3  # + production_model, hyperparameters and predictions
     for key in second:
         assert all(p.path[0] == "flights_delay_minutes" for p in graph.get(key).parent_keys)
     # The promotion sensor runs by default only where the spec asks for automatic promotion.

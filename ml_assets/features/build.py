@@ -15,7 +15,7 @@ Leakage, by construction:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -28,6 +28,7 @@ from ml_assets.spec import POLARS_DTYPES, FeaturesSpec, ModelSpec
 TIMESTAMP = "__timestamp"
 DAY = "__day"
 UTC = "__utc"  # the rows' timestamp parsed once (parsing ISO strings is the slow part)
+KEY_PREFIX = "__key."  # a raw key column carried to a scored row (build_lazy's ``keys``)
 LOCAL = "__local"  # the same instant as wall-clock time in the partition's time zone (naive)
 
 
@@ -219,7 +220,8 @@ def collect_each_step(frame: pl.LazyFrame) -> pl.LazyFrame:
 
 def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame],
                history: pl.LazyFrame | None = None, *, streaming: bool = True,
-               stage: Callable[[pl.LazyFrame], pl.LazyFrame] = lambda frame: frame) -> pl.LazyFrame:
+               stage: Callable[[pl.LazyFrame], pl.LazyFrame] = lambda frame: frame,
+               keys: Sequence[str] = ()) -> pl.LazyFrame:
     """Raw rows (one or many days) -> feature rows: ``__timestamp``, the declared feature columns and
     the target (null where the target is unknown). ``history`` holds raw rows of earlier days for
     the rolling aggregates (those of the rows' own days are read from ``rows``).
@@ -228,7 +230,9 @@ def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame
     plan recomputes what they share. ``stage`` is applied between steps: identity keeps the plan
     whole (streaming, out of core: recomputing costs time, not memory); ``build_features`` collects
     each step in memory instead, which is much faster when the rows fit. ``streaming``: the Python
-    steps run batch by batch (for the streaming engine) rather than once over the whole column."""
+    steps run batch by batch (for the streaming engine) rather than once over the whole column.
+    ``keys``: raw columns carried through as they were, named ``KEY_PREFIX + name`` (a scored row
+    names the row it scored, even where a feature shares the column's name)."""
     feats = spec.features
     ts = spec.partitioning.timestamp_column
     # Rows to predict may lack what is known only later (the target's inputs, after-event columns): they
@@ -236,7 +240,7 @@ def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame
     have = rows.collect_schema()
     absent = [c for c in hidden_columns(spec) if c not in have]
     rows = rows.with_columns(pl.lit(None, POLARS_DTYPES[spec.data_schema.columns[c].dtype]).alias(c) for c in absent)
-    rows = stage(dated(spec, rows, streaming))
+    rows = stage(dated(spec, rows, streaming).with_columns(pl.col(k).alias(KEY_PREFIX + k) for k in keys))
     if feats.rolling:
         mine = rows
         past = mine if history is None else pl.concat([dated(spec, history, streaming), mine], how="diagonal_relaxed")
@@ -260,18 +264,21 @@ def build_lazy(spec: ModelSpec, rows: pl.LazyFrame, dims: dict[str, pl.LazyFrame
         *[pl.col(c).cast(pl.Float64) for c in feats.numeric_names],
         *[pl.col(c).cast(pl.String) for c in feats.categorical_names],
         pl.col(spec.target.name),
+        *[pl.col(KEY_PREFIX + k) for k in keys],
     )
 
 
 def build_features(spec: ModelSpec, tables: dict[str, pl.DataFrame],
-                   history: pl.DataFrame | None = None) -> FeatureFrame:
-    """One batch in memory (the features asset's day): rows without a target are dropped and counted."""
+                   history: pl.DataFrame | None = None, *, keys: Sequence[str] = (),
+                   labeled_only: bool = True) -> FeatureFrame:
+    """One batch in memory (the features asset's day): rows without a target are dropped and counted,
+    unless ``labeled_only`` is off (rows to score: the target is null where it is not known yet)."""
     rows = tables["rows"]
     dims = {name: frame.lazy() for name, frame in tables.items() if name != "rows"}
     try:
         built = build_lazy(spec, rows.lazy(), dims, history.lazy() if history is not None else None,
-                           streaming=False, stage=collect_each_step).collect(engine="in-memory")
+                           streaming=False, stage=collect_each_step, keys=keys).collect(engine="in-memory")
     except pl.exceptions.PolarsError as exc:
         raise FeatureError(f"building features of {spec.name}: {exc}") from None
-    kept = built.filter(pl.col(spec.target.name).is_not_null())
+    kept = built.filter(pl.col(spec.target.name).is_not_null()) if labeled_only else built
     return FeatureFrame(kept, rows.height, built.height - kept.height)

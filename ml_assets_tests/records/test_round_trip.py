@@ -14,6 +14,7 @@ from ml_assets.records import (
     EvaluationRecord,
     FeaturesRecord,
     GateTags,
+    PredictionsRecord,
     PromotionRecord,
     Provenance,
     PublishCommit,
@@ -80,6 +81,10 @@ RECORDS = {
         window={"train": ["2013-01-30"], "validation": ["2013-01-31"]}, param_importances={"learning_rate": 1.0},
         trials=[{"trial": 0, "state": "COMPLETE"}], mlflow_run_url="http://mlflow/run",
         plots={"optimization_history.png": "http://mlflow/h.png"}, summary="best"),
+    "predictions": PredictionsRecord(
+        model_name="m", model_version="2", weights_sha256="w" * 64, data_commit="c2", repository="r",
+        uri="/a/p.parquet", sha256="p" * 64, bytes=9, rows=5, rows_labeled=4, columns=["carrier", "score"],
+        feature_state_sha256="s" * 64, mlflow_model_url="http://mlflow/m/2"),
 }
 
 

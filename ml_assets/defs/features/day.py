@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -20,14 +21,30 @@ def history_days(spec) -> int:
     return max((r.days for r in spec.features.rolling), default=0)
 
 
-def build_day(step: Step, store: VersionStore, artifacts: ArtifactStoreResource, snapshot: SnapshotRecord,
-              log: Callable[[str], None]) -> FeaturesRecord:
-    """Raises build.FeatureError when the spec's features cannot be built from the day's rows."""
-    spec, day = step.spec, dt.date.fromisoformat(step.partition)
+@dataclass(frozen=True)
+class DayTables:
+    """What a day's feature rows are built from, read from one main commit."""
+
+    tables: dict[str, pl.DataFrame]
+    history: pl.DataFrame | None
+    wanted: list[dt.date]
+    """The days before it that the rolling aggregates read."""
+    read: list[dt.date]
+    """Those of them found in the commit."""
+
+    def rolling_days(self) -> tuple[list[str] | None, list[str] | None]:
+        """(read, missing) as ISO days, or (None, None) when the spec has no rolling aggregate."""
+        if not self.wanted:
+            return None, None
+        return sorted(d.isoformat() for d in self.read), sorted(d.isoformat() for d in self.wanted if d not in self.read)
+
+
+def day_tables(spec, store: VersionStore, snapshot: SnapshotRecord, day: dt.date) -> DayTables:
+    """The day's tables and the raw rows of the days its rolling aggregates read, as published in
+    the snapshot's main commit (pinned, so a re-run reads the same bytes); a day missing there is
+    missing from the aggregate, and listed."""
     layout, repo, commit = Layout.of(spec), snapshot.repository, snapshot.commit
     tables = {name: read_parquet(store.get_object(repo, commit, path)) for name, path in layout.object_paths(day).items()}
-    # Rolling aggregates read the days before, as published in the same main commit (pinned, so a
-    # re-run reads the same bytes); a day missing there is missing from the aggregate, and listed.
     wanted = [day - dt.timedelta(days=back) for back in range(1, history_days(spec) + 1)]
     past = {}
     for earlier in wanted:
@@ -36,11 +53,19 @@ def build_day(step: Step, store: VersionStore, artifacts: ArtifactStoreResource,
         except NotFound:
             continue
     history = pl.concat(list(past.values()), how="diagonal_relaxed") if past else None
-    built = build.build_features(spec, tables, history)
-    ref = artifacts.put(layout.features_prefix(day), parquet_bytes(built.frame), ".parquet")
-    log(f"features {day}: {built.frame.height} rows from main commit {commit[:12]}")
+    return DayTables(tables, history, wanted, list(past))
+
+
+def build_day(step: Step, store: VersionStore, artifacts: ArtifactStoreResource, snapshot: SnapshotRecord,
+              log: Callable[[str], None]) -> FeaturesRecord:
+    """Raises build.FeatureError when the spec's features cannot be built from the day's rows."""
+    spec, day = step.spec, dt.date.fromisoformat(step.partition)
+    inputs = day_tables(spec, store, snapshot, day)
+    built = build.build_features(spec, inputs.tables, inputs.history)
+    ref = artifacts.put(Layout.of(spec).features_prefix(day), parquet_bytes(built.frame), ".parquet")
+    log(f"features {day}: {built.frame.height} rows from main commit {snapshot.commit[:12]}")
+    read, missing = inputs.rolling_days()
     return FeaturesRecord(
-        data_commit=commit, repository=repo, uri=ref.uri, sha256=ref.sha256, bytes=ref.size,
+        data_commit=snapshot.commit, repository=snapshot.repository, uri=ref.uri, sha256=ref.sha256, bytes=ref.size,
         rows=built.frame.height, rows_without_target=built.rows_without_target, columns=built.frame.columns,
-        rolling_days_read=sorted(d.isoformat() for d in past) if wanted else None,
-        rolling_days_missing=sorted(d.isoformat() for d in wanted if d not in past) if wanted else None)
+        rolling_days_read=read, rolling_days_missing=missing)

@@ -1,0 +1,62 @@
+"""The predictions asset, its job and its daily schedule."""
+
+import datetime as dt
+
+import dagster as dg
+
+from ml_assets.defs.automation.schedules import job_tags
+from ml_assets.defs.common import asset_key, code_version, daily_partitions, step
+from ml_assets.records import PredictionsRecord, SnapshotRecord, latest, upstream
+from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource, VersionStoreResource
+from ml_assets.spec import ModelSpec
+
+
+def build_predictions(spec: ModelSpec) -> dg.AssetsDefinition:
+    snapshot_key = asset_key(spec, "validated_snapshot")
+    version = code_version(spec, ("features", "target", "partitioning", "schema"), "ml_assets.scoring",
+                           "ml_assets.features.build", "ml_assets.features.state", "ml_assets.serving.predict")
+
+    @dg.asset(
+        key=asset_key(spec, "predictions"),
+        # The champion is read when the run starts (MLflow alias), not pinned by the graph: a day is
+        # scored by whatever serves at the time, and the record names which version that was.
+        deps=[snapshot_key, asset_key(spec, "production_model")],
+        # With production_model: materializing the model's group for a day trains; it never scores.
+        group_name=f"{spec.name}_production",
+        partitions_def=daily_partitions(spec),
+        kinds={"pytorch", "mlflow"},
+        code_version=version,
+        tags={"ml_assets/stage": "scoring"},
+        description=(f"The day's {spec.name} rows scored by the @champion of the moment, through the transform it "
+                     "was trained with; content-addressed, naming the version, its weights and the data commit."),
+    )
+    def predictions(context: dg.AssetExecutionContext, version_store: VersionStoreResource,
+                    artifacts: ArtifactStoreResource, tracking: MlflowTrackingResource) -> dg.MaterializeResult:
+        from ml_assets.features.build import FeatureError
+        from ml_assets.scoring.predictions import ScoringError, score_day
+
+        run = step(context, spec)
+        snapshot = upstream(context, snapshot_key, run.partition, SnapshotRecord)
+        previous = latest(context.instance, context.asset_key, run.partition, PredictionsRecord)
+        try:
+            record = score_day(spec, dt.date.fromisoformat(run.partition), version_store.get_store(), artifacts,
+                               tracking.client(), snapshot, tracking.model_url, previous, context.log.info)
+        except (ScoringError, FeatureError) as exc:
+            raise run.failure(exc) from None
+        return dg.MaterializeResult(data_version=dg.DataVersion(record.sha256), metadata=record.to_metadata())
+
+    return predictions
+
+
+def build_scoring_job(spec: ModelSpec, predictions: dg.AssetsDefinition) -> dg.JobDefinition:
+    return dg.define_asset_job(
+        name=f"{spec.name}_score",
+        selection=dg.AssetSelection.assets(predictions),
+        description=f"Score one day of {spec.name} rows with the current @champion.",
+        tags=job_tags(spec, trains=False),
+    )
+
+
+def build_scoring_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    # Stopped by default, like daily training: scoring starts when a team turns it on.
+    return dg.build_schedule_from_partitioned_job(job, hour_of_day=1, default_status=dg.DefaultScheduleStatus.STOPPED)
