@@ -8,6 +8,8 @@
     ml-assets promote MODEL VERSION --reason TEXT                make VERSION the champion (its gate must have passed)
     ml-assets rollback MODEL --reason TEXT                       the previous champion back
     ml-assets audit MODEL [--version N] [--format md|json]      evidence, data checks, promotions, pins
+    ml-assets card MODEL [--version N] [--format md|html] [--output FILE]
+                                                                the version's model card, from its records
     ml-assets reproduce MODEL --version N [--registered-code]    retrain from the records; compare weights
     ml-assets paths                                             where the local home keeps everything
 
@@ -224,6 +226,35 @@ def audit(model: str, version: str | None, fmt: str) -> int:
     return 1 if found["mismatches"] else 0
 
 
+def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
+    """Print (or write) a version's model card, built from its records now; 2 on a bad model or version."""
+    from ml_assets import cards, promotion, registry
+    from ml_assets.model_files import load_model_spec
+    from ml_assets.names import InvalidName, check_model_name
+    from ml_assets.spec import SpecError
+
+    settings = load_settings()
+    client = _client(settings)
+    try:
+        spec = load_model_spec(settings.models_dirs, check_model_name(model))
+        if version is None:
+            found = (registry.by_alias(client, model, registry.CHAMPION)
+                     or registry.by_alias(client, model, registry.CHALLENGER))
+            if found is None:
+                return _bad("card", f"model {model!r} has no @champion or @challenger: give --version")
+            version = str(found.version)
+        text, page = cards.build(client, spec, version, promotion.history(version_store(settings), model))
+    except (registry.RegistryError, InvalidName, SpecError) as exc:
+        return _bad("card", str(exc))
+    content = page if fmt == "html" else text
+    if output:
+        Path(output).write_text(content, encoding="utf-8")
+        print(f"wrote the model card of {model} version {version} to {output}")
+    else:
+        print(content, end="")
+    return 0
+
+
 def reproduce(model: str, version: str, workdir: str | None, registered_code: bool = False) -> int:
     from ml_assets import audit as aud
     from ml_assets import registry
@@ -292,6 +323,11 @@ def main(argv: list[str] | None = None) -> None:
     aud.add_argument("model")
     aud.add_argument("--version", help="a version number (default: the champion)")
     aud.add_argument("--format", choices=("md", "json"), default="md")
+    crd = sub.add_parser("card", help="a version's model card, from its records (markdown, or HTML with its plots)")
+    crd.add_argument("model")
+    crd.add_argument("--version", help="a version number (default: the champion, else the challenger)")
+    crd.add_argument("--format", choices=("md", "html"), default="md")
+    crd.add_argument("--output", metavar="FILE", help="write it to FILE instead of printing it")
     rep = sub.add_parser("reproduce", help="retrain a version from its records and compare the weights' sha256")
     rep.add_argument("model")
     rep.add_argument("--version", required=True)
@@ -322,6 +358,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         sys.exit(move_champion(args.command, args.model, getattr(args, "version", None), args.reason))
     if args.command == "audit":
         sys.exit(audit(args.model, args.version, args.format))
+    if args.command == "card":
+        sys.exit(card(args.model, args.version, args.format, args.output))
     if args.command == "reproduce":
         sys.exit(reproduce(args.model, args.version, args.workdir, args.registered_code))
     if args.command == "replay-checks":

@@ -151,6 +151,7 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     MLflow run         {registered.mlflow_run_id}
 
     The champion's audit (evidence, data checks, promotions, pins):  .venv/bin/ml-assets audit {spec.name}
+    Its model card (add --format html --output card.html for one page with the plots):  .venv/bin/ml-assets card {spec.name}
     Rebuild it from its records and compare the weights:  .venv/bin/ml-assets reproduce {spec.name} --version {production.champion_version if production else registered.model_version}
 
     Dagster UI:  make dev         then open http://127.0.0.1:3000  (Assets -> {spec.name}: the lineage and its metadata)

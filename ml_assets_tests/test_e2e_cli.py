@@ -8,6 +8,7 @@ data stops at the snapshot and never reaches main.
 import datetime as dt
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -200,6 +201,11 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
     refused = ml_assets_cli("rollback", "flights_delay", "--reason", "x", models_dir=models)
     assert refused.returncode == 1 and "has no champion to roll back" in refused.stderr
 
+    # The model card was logged when the version was registered, and shown on the asset.
+    registered_card = latest_metadata(instance, "registered_model", day)["model_card"]
+    assert registered_card.startswith(f"# Model card: flights_delay version {version.version}")
+    assert "Never promoted." in registered_card and "## Limits the evaluation found" in registered_card
+
     promoted = ml_assets_cli("promote", "flights_delay", str(version.version), "--reason", "reviewed the report",
                              models_dir=models)
     assert promoted.returncode == 0, promoted.stderr[-3000:]
@@ -210,6 +216,23 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
         "flights-delay", "main", "promotions/flights_delay.jsonl").decode().splitlines()]
     assert record["reason"] == "reviewed the report" and record["actor"].startswith("cli ")
     assert json.loads(champion.tags["promotion.last"])["id"] == record["id"]
+
+    # The promotion republished the card with its decision; the CLI builds the same from the records.
+    logged = Path(client.download_artifacts(version.run_id, "card/model_card.md", str(tmp_path / "card")))
+    assert "reviewed the report" in logged.read_text() and "in production (@champion)" in logged.read_text()
+    printed = ml_assets_cli("card", "flights_delay", models_dir=models)
+    assert printed.returncode == 0 and printed.stdout == logged.read_text(), printed.stderr[-3000:]
+    for part in ("## Intended use", "## Training data", "| metric | this model | base_rate | linear |",
+                 "Slices (roc_auc):", "## Reproduce and trace", "reviewed the report"):
+        assert part in printed.stdout, part
+    page = tmp_path / "card.html"
+    written = ml_assets_cli("card", "flights_delay", "--format", "html", "--output", str(page), models_dir=models)
+    assert written.returncode == 0, written.stderr[-3000:]
+    html = page.read_text()
+    # Self-contained: the plots are inside, nothing is fetched from anywhere.
+    assert html.count('src="data:image/png;base64,') >= 4 and "http" not in html.split("<body>")[0]
+    assert not re.search(r'src="(?!data:)', html)
+    assert cli_in_process("card", "flights_delay", "--version", "9", models_dir=models)[0] == 2
 
     # The registered model predicts from rows through MLflow alone: the fitted transforms are inside.
     checkpoint = latest_metadata(instance, "trained_checkpoint", day)

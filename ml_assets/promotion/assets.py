@@ -31,7 +31,7 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, config: PromotionConfig,
         tracking: MlflowTrackingResource, version_store: VersionStoreResource,
     ) -> dg.MaterializeResult:
-        from ml_assets import promotion
+        from ml_assets import cards, promotion
 
         actor = config.actor or f"dagster run {context.run_id}"
         try:
@@ -42,6 +42,10 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
             raise dg.Failure(description=f"model {spec.name}: {config.action} refused: {exc}",
                              allow_retries=False) from None
         result = promotion_record(spec, record, outcome, config.action, actor, tracking)
+        # The cards of both versions now tell this decision in their promotion history.
+        history = promotion.history(version_store.get_store(), spec.name)
+        for version in {v for v in (result.champion_version, result.previous_version) if v}:
+            cards.publish(tracking.client(), spec, version, history)
         context.log.info(f"production_model: {spec.name} @champion = version {result.champion_version} ({outcome}); "
                          f"previous {result.previous_version}; {result.reason}")
         return dg.MaterializeResult(metadata=result.to_metadata())

@@ -116,6 +116,8 @@ class RegisteredRecord(Record):
     mlflow_model_url: str = field("url")
     tags: dict[str, str] = field("json")
     """The version's tags as registered (VersionTags.from_tags reads them)."""
+    model_card: str | None = field("md", default=None)
+    """The version's model card as registered (ml_assets.cards; also in its MLflow run, card/)."""
 
     @property
     def version_tags(self) -> VersionTags:

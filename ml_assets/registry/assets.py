@@ -1,11 +1,13 @@
 """The registered_model asset: an MLflow model version of the partition's checkpoint."""
 
+from dataclasses import replace
+
 import dagster as dg
 
 from ml_assets.defs.common import asset_key, code_version, daily_partitions, step
 from ml_assets.records import CheckpointRecord, EvaluationRecord, upstream
 from ml_assets.registry.versions import CHALLENGER
-from ml_assets.resources import DagsterLinksResource, MlflowTrackingResource
+from ml_assets.resources import DagsterLinksResource, MlflowTrackingResource, VersionStoreResource
 from ml_assets.spec import ModelSpec
 
 __all__ = ["build_registered_model"]
@@ -22,10 +24,11 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
         kinds={"mlflow"},
         code_version=code_version(spec, ("name", "training", "evaluation")),
         description=(f"An MLflow model version of {spec.name} (alias '{CHALLENGER}'), tagged with the data commit, "
-                     "Dagster run and code version it came from; one version per trained checkpoint."),
+                     "Dagster run and code version it came from; one version per trained checkpoint; its model card."),
     )
     def registered_model(context: dg.AssetExecutionContext, tracking: MlflowTrackingResource,
-                         links: DagsterLinksResource) -> dg.MaterializeResult:
+                         links: DagsterLinksResource, version_store: VersionStoreResource) -> dg.MaterializeResult:
+        from ml_assets import cards, promotion
         from ml_assets.registry.register import register
 
         run = step(context, spec, links)
@@ -36,6 +39,8 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
             # that selects registered_model alone.
             raise run.failure(f"the evaluation's promotion gate failed ({evaluation.gate_reason}); not registering")
         record = register(run, ckpt, evaluation, tracking, context.log.info)
-        return dg.MaterializeResult(metadata=record.to_metadata())
+        card = cards.publish(tracking.client(), spec, record.model_version,
+                             promotion.history(version_store.get_store(), spec.name))
+        return dg.MaterializeResult(metadata=replace(record, model_card=card).to_metadata())
 
     return registered_model

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
 from ml_assets.spec.base import StrictModel, model_name
+from ml_assets.spec.card import CardSpec
 from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
 from ml_assets.spec.features import FeaturesSpec
 from ml_assets.spec.partitioning import PartitioningSpec
@@ -36,6 +37,7 @@ class ModelSpec(StrictModel):
     tuning: TuningSpec = TuningSpec()
     evaluation: EvaluationSpec
     promotion: PromotionSpec
+    card: CardSpec = CardSpec()
 
     @model_validator(mode="before")
     @classmethod

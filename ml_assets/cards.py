@@ -1,0 +1,233 @@
+"""Model cards (Mitchell et al. 2019, "Model Cards for Model Reporting"), one per registered
+version, generated from the records rather than written by hand: the spec (intended use, owner,
+features, the card section), the version's tags (training window, data commits, pins), its
+evaluation report (metrics with intervals, baselines, the champion then, slices, the gate), the
+promotion log (decisions and history) and the evaluation's plots.
+
+Markdown for the Dagster UI and the terminal; HTML with the plots embedded (data URIs, no external
+resource) for an auditor's browser. Both are logged to the version's MLflow run under ``card/``:
+when it is registered and again when a promotion or rollback involves it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ml_assets.layout import MLFLOW_EVALUATION, MLFLOW_PLOTS
+from ml_assets.records import VersionTags
+from ml_assets.spec import ModelSpec
+
+MLFLOW_CARD = "card"
+MARKDOWN_FILE = "model_card.md"
+HTML_FILE = "model_card.html"
+PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion.png", "residuals.png", "slices.png",
+         "loss_curves.png")
+"""The evaluation's plots a card shows, in this order, where the task has them."""
+
+
+def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything a card shows of one version, JSON-able. ``promotions``: the promotion log's records
+    (ml_assets.promotion.history); those naming this version are kept."""
+    from ml_assets import registry
+
+    mv = registry.get_version(client, spec.name, version)
+    tags = VersionTags.from_tags(mv.tags)
+    champion = registry.by_alias(client, spec.name, registry.CHAMPION)
+    report = _artifact_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json") or {}
+    config = _artifact_json(client, mv.run_id, "training/train_config.json") or {}
+    return {
+        "model": spec.name, "version": str(mv.version), "aliases": sorted(getattr(mv, "aliases", []) or []),
+        "is_champion": champion is not None and str(champion.version) == str(mv.version),
+        "description": spec.description, "owner": spec.owner,
+        "card": spec.card.model_dump(mode="json"), "task": spec.target.task,
+        "target": {"name": spec.target.name, "expression": spec.target.expression, "classes": spec.target.classes},
+        "architecture": tags.model_factory or spec.model.family_name,
+        "source": spec.source.kind, "partition": tags.partition, "registered_at": mv.creation_timestamp,
+        "data_commits": tags.data_commits, "skipped_days": tags.skipped_days,
+        "hyperparameters": {
+            k: config[k] for k in ("epochs", "batch_size", "learning_rate", "weight_decay", "hidden_sizes", "dropout",
+                                   "model_params") if config.get(k) not in (None, {}, [])},
+        "features": {"numeric": spec.features.numeric_names, "categorical": spec.features.categorical_names},
+        "report": report, "mlflow_run_id": mv.run_id,
+        "pins": {"weights_sha256": tags.checkpoint_sha256, "feature_state_sha256": tags.feature_state_sha256,
+                 "code_version": tags.code_version, "torch_version": tags.torch_version,
+                 "model_code_sha256": tags.model_code_sha256, "dagster_run_url": tags.dagster_run_url},
+        "promotions": [r for r in promotions if str(version) in (str(r.get("version")), str(r.get("previous")))],
+    }
+
+
+def _artifact_json(client, run_id: str | None, path: str) -> dict | None:
+    from mlflow.exceptions import MlflowException
+
+    if not run_id:  # a version registered by hand, outside the pipeline: no run, no records in it
+        return None
+    with tempfile.TemporaryDirectory(prefix="ml_assets-card-") as tmp:
+        try:
+            return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_bytes())
+        except (MlflowException, OSError):
+            return None
+
+
+def limits(card: dict[str, Any]) -> list[str]:
+    """What the evaluation found that a user of the model should know, in plain sentences."""
+    report, found = card["report"], []
+    primary = report.get("primary_metric")
+    interval = report.get("primary_interval")
+    if primary and interval:
+        lo, hi = interval
+        found.append(f"{primary} is known only to within {lo:.4f}..{hi:.4f} ({report.get('confidence_level', 0.95):.0%} "
+                     f"interval, {report.get('test_rows')} held-out rows of {', '.join(report.get('test_days') or [])})")
+    slices = [s for s in report.get("slices") or [] if s.get("metric") is not None]
+    if primary and slices and (value := (report.get("metrics") or {}).get(primary)) is not None:
+        worst = min(slices, key=lambda s: s["metric"])
+        found.append(f"weakest slice: {worst['column']}={worst['value']} ({worst['rows']} rows), {primary} "
+                     f"{worst['metric']:.4f} against {value:.4f} overall")
+    too_small = [f"{s['column']}={s['value']}" for s in report.get("slices") or [] if s.get("reason")]
+    if too_small:
+        found.append(f"{len(too_small)} slice(s) too small to judge: {', '.join(too_small[:8])}"
+                     + (" ..." if len(too_small) > 8 else ""))
+    for regression in report.get("slice_regressions") or []:
+        found.append(f"worse than the champion on a slice: {regression}")
+    ece = (report.get("metrics") or {}).get("ece")
+    if ece is not None:
+        found.append(f"calibration: expected calibration error {ece:.4f} (a probability of p means about p, "
+                     f"give or take this much)")
+    if card["skipped_days"]:
+        found.append(f"trained without {len(card['skipped_days'])} day(s) of its window: "
+                     + "; ".join(f"{d} ({why})" for d, why in sorted(card["skipped_days"].items())))
+    for clause in (report.get("gate") or {}).get("clauses") or []:
+        if not clause.get("ok"):
+            found.append(f"failed at registration: {clause.get('detail') or clause.get('name')}")
+    found += card["card"]["considerations"]
+    return found
+
+
+def render_markdown(card: dict[str, Any]) -> str:
+    report, pins = card["report"], card["pins"]
+    aliases = ", ".join(f"@{a}" for a in card["aliases"]) or "no alias"
+    status = "in production (@champion)" if card["is_champion"] else aliases
+    out = [f"# Model card: {card['model']} version {card['version']}", "",
+           f"**Status**: {status}. **Owner**: {card['owner']}. **Trained for** partition {card['partition']}.", "",
+           "## Intended use", "", card["card"]["intended_use"] or card["description"] or "(the spec says nothing)"]
+    if card["card"]["out_of_scope"]:
+        out += ["", "Not for:", *[f"- {x}" for x in card["card"]["out_of_scope"]]]
+    target = card["target"]
+    out += ["", "## Model", "",
+            f"- task: {card['task']}; predicts `{target['name']}` = `{target['expression']}`"
+            + (f" (classes {', '.join(target['classes'])})" if target["classes"] else ""),
+            f"- architecture: {card['architecture']}; hyperparameters: "
+            + ", ".join(f"{k}={v}" for k, v in card["hyperparameters"].items()),
+            f"- features ({len(card['features']['numeric'])} numeric, {len(card['features']['categorical'])} "
+            f"categorical): {', '.join(card['features']['numeric'] + card['features']['categorical'])}",
+            "", "## Training data", "",
+            f"Source: {card['source']}. {len(card['data_commits'])} day(s) of rows, each read from the main commit "
+            "that published it after its checks:", "", "| day | main commit |", "|---|---|"]
+    out += [f"| {day} | `{commit[:16]}` |" for day, commit in sorted(card["data_commits"].items())]
+    out += ["", "## Evaluation", ""]
+    if report:
+        primary, metrics = report.get("primary_metric"), report.get("metrics") or {}
+        lo, hi = report.get("primary_interval") or (float("nan"), float("nan"))
+        out += [f"Held-out days {', '.join(report.get('test_days') or [])} ({report.get('test_rows')} rows, data "
+                f"commit `{(report.get('test_data_commit') or '')[:16]}`). Primary metric **{primary}** "
+                f"{metrics.get(primary, float('nan')):.4f}, interval {lo:.4f}..{hi:.4f}.", ""]
+        baselines = {b["name"]: b["metrics"] for b in (report.get("baseline") or {}).get("baselines", [])}
+        champion = (report.get("champion") or {}).get("metrics") or {}
+        head = ["metric", "this model", *baselines, *(["champion then"] if champion else [])]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for name, value in metrics.items():
+            cells = [f"{value:.4f}", *[_num(b.get(name)) for b in baselines.values()],
+                     *([_num(champion.get(name))] if champion else [])]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        judged = [s for s in report.get("slices") or [] if s.get("metric") is not None]
+        if judged:
+            out += ["", f"Slices ({primary}):", "", "| slice | rows | value |", "|---|---|---|"]
+            out += [f"| {s['column']}={s['value']} | {s['rows']} | {s['metric']:.4f} |"
+                    for s in sorted(judged, key=lambda s: s["metric"])]
+    else:
+        out.append("(no evaluation report was found in the version's MLflow run)")
+    gate = report.get("gate") or {}
+    out += ["", "## Promotion", "",
+            f"Gate at registration: **{'passed' if gate.get('passed', True) else 'failed'}**"
+            + (f" ({gate.get('reason')})" if gate.get("reason") else "")]
+    out += [f"- {'ok' if c.get('ok') else 'FAILED'}: {c.get('detail') or c.get('name')}" for c in gate.get("clauses") or []]
+    out += ["", "History:" if card["promotions"] else "Never promoted."]
+    out += [f"- {r.get('time', '')}: {r.get('decision', r.get('action'))}, version {r.get('version')} over "
+            f"{r.get('previous') or 'none'}, by {r.get('actor')}: {r.get('reason')}" for r in card["promotions"]]
+    out += ["", "## Limits the evaluation found", "", *[f"- {x}" for x in limits(card)]]
+    out += ["", "## Reproduce and trace", "",
+            f"- weights sha256 `{pins['weights_sha256']}`; feature state sha256 `{pins['feature_state_sha256']}`",
+            f"- code version {pins['code_version']}, torch {pins['torch_version']}"
+            + (f", model code sha256 `{pins['model_code_sha256']}`" if pins["model_code_sha256"] else ""),
+            f"- `ml-assets reproduce {card['model']} --version {card['version']}`; "
+            f"`ml-assets lineage {card['model']} --version {card['version']}`",
+            f"- trained by {pins['dagster_run_url'] or 'a Dagster run'}; MLflow run {card['mlflow_run_id']}"]
+    return "\n".join(out) + "\n"
+
+
+def _num(value) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) else "-"
+
+
+def render_html(card: dict[str, Any], markdown_text: str, plots: dict[str, bytes]) -> str:
+    """One self-contained page: the card's markdown as HTML, then the plots as data URIs."""
+    import markdown
+
+    body = markdown.markdown(html.escape(markdown_text, quote=False), extensions=["tables"])
+    figures = "".join(
+        f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+        f"<figcaption>{html.escape(name.removesuffix('.png').replace('_', ' '))}</figcaption></figure>"
+        for name, data in plots.items())
+    title = html.escape(f"Model card: {card['model']} version {card['version']}")
+    style = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left}"
+             "code{background:#f4f4f4}figure{display:inline-block;margin:.5rem;max-width:28rem}"
+             "img{max-width:100%}figcaption{text-align:center;color:#555}")
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{style}</style></head><body>{body}"
+            + (f"<h2>Plots</h2>{figures}" if figures else "") + "</body></html>\n")
+
+
+def plots(client, run_id: str | None) -> dict[str, bytes]:
+    """The evaluation's plots logged to the run, by file name (those the task has)."""
+    from mlflow.exceptions import MlflowException
+
+    found: dict[str, bytes] = {}
+    if not run_id:
+        return found
+    with tempfile.TemporaryDirectory(prefix="ml_assets-card-") as tmp:
+        try:
+            local = Path(client.download_artifacts(run_id, MLFLOW_PLOTS, tmp))
+        except (MlflowException, OSError):
+            return {}
+        for name in PLOTS:
+            if (local / name).exists():
+                found[name] = (local / name).read_bytes()
+    return found
+
+
+def build(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> tuple[str, str]:
+    """The card of ``version`` as (markdown, html)."""
+    card = collect(client, spec, version, promotions)
+    text = render_markdown(card)
+    return text, render_html(card, text, plots(client, card["mlflow_run_id"]))
+
+
+def publish(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> str:
+    """Build the card and log it to the version's MLflow run (``card/``); returns the markdown. A
+    version registered by hand without a run gets no logged card (``ml-assets card`` still builds it)."""
+    from ml_assets import registry
+
+    text, page = build(client, spec, version, promotions)
+    run_id = registry.get_version(client, spec.name, version).run_id
+    if not run_id:
+        return text
+    with tempfile.TemporaryDirectory(prefix="ml_assets-card-") as tmp:
+        (Path(tmp) / MARKDOWN_FILE).write_text(text, encoding="utf-8")
+        (Path(tmp) / HTML_FILE).write_text(page, encoding="utf-8")
+        client.log_artifacts(run_id, tmp, MLFLOW_CARD)
+    return text
