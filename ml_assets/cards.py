@@ -25,7 +25,7 @@ from ml_assets.spec import ModelSpec
 MLFLOW_CARD = "card"
 MARKDOWN_FILE = "model_card.md"
 HTML_FILE = "model_card.html"
-PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion.png", "residuals.png", "slices.png",
+PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion_matrix.png", "residuals.png", "slices.png",
          "loss_curves.png")
 """The evaluation's plots a card shows, in this order, where the task has them."""
 

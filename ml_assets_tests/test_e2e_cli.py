@@ -5,6 +5,7 @@ data commit, Dagster run and code version, and main of the version store holds t
 data stops at the snapshot and never reaches main.
 """
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -188,6 +189,12 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
     assert any(s["column"] == "carrier" and s["metric"] is not None for s in report["slices"])
     plots = {Path(a.path).name for a in client.list_artifacts(version.run_id, "evaluation/plots")}
     assert plots >= {"roc.png", "precision_recall.png", "calibration.png", "loss_curves.png", "slices.png"}
+    # The same plots inside the asset's metadata (markdown with the PNGs embedded): the Dagster UI
+    # shows them with no MLflow server.
+    embedded = dict(re.findall(r"!\[(\w+)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", report["plots_inline"]))
+    assert {f"{name}.png" for name in embedded} == plots
+    logged = Path(client.download_artifacts(version.run_id, "evaluation/plots/roc.png", str(tmp_path / "plots")))
+    assert base64.b64decode(embedded["roc"]) == logged.read_bytes()
     assert version.tags["gate"] == "passed" and version.tags["gate_champion_version"] == "none"
 
     bad = [cli_in_process("promote", "no_such_model", "1", "--reason", "x", models_dir=models),

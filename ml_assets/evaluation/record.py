@@ -26,6 +26,7 @@ def store_evaluation(step: Step, report: dict[str, Any], predictions: rep.Predic
         **step.provenance().to_tags(), "dagster/partition": step.partition})
     with tempfile.TemporaryDirectory(prefix="ml_assets-evaluation-") as tmp:
         plots = rep.write_plots(spec, report, predictions, Path(tmp) / "plots")
+        inline = rep.plots_markdown({name: (Path(tmp) / "plots" / name).read_bytes() for name in plots})
         report_bytes = json.dumps(report, indent=1, sort_keys=True).encode()
         ref = artifacts.put(Layout.of(spec).evaluation_prefix(step.partition), report_bytes, ".json")
         client.log_artifacts(run_id, str(Path(tmp) / "plots"), MLFLOW_PLOTS)
@@ -33,4 +34,5 @@ def store_evaluation(step: Step, report: dict[str, Any], predictions: rep.Predic
         client.log_artifact(run_id, str(Path(tmp) / "evaluation_report.json"), MLFLOW_EVALUATION)
     rep.log_metrics(client, run_id, report)
     plot_urls = {name: tracking.artifact_url(run_id, f"{MLFLOW_PLOTS}/{name}") for name in plots}
-    return rep.evaluation_record(spec, report, ref, run_id, tracking.run_url(experiment_id, run_id), plot_urls)
+    return rep.evaluation_record(spec, report, ref, run_id, tracking.run_url(experiment_id, run_id), plot_urls,
+                                 inline)

@@ -328,8 +328,18 @@ def summary_markdown(spec: ModelSpec, report: dict[str, Any], plot_urls: dict[st
     return "\n".join(lines)
 
 
+def plots_markdown(images: dict[str, bytes]) -> str:
+    """The plots as one markdown value with each PNG embedded (a data URI), as Dagster's docs embed
+    a plot in metadata: the UI shows them with no MLflow server running."""
+    import base64
+
+    return "\n\n".join(f"**{Path(name).stem.replace('_', ' ')}**\n\n"
+                         f"![{Path(name).stem}](data:image/png;base64,{base64.b64encode(data).decode()})"
+                         for name, data in images.items())
+
+
 def evaluation_record(spec: ModelSpec, report: dict[str, Any], ref, run_id: str, run_url: str,
-                      plot_urls: dict[str, str]) -> EvaluationRecord:
+                      plot_urls: dict[str, str], plots_inline: str | None = None) -> EvaluationRecord:
     """The evaluation_report asset's record of a stored ``report`` (``ref``: its artifact)."""
     champ = report["champion"]
     return EvaluationRecord(
@@ -346,4 +356,4 @@ def evaluation_record(spec: ModelSpec, report: dict[str, Any], ref, run_id: str,
         mlflow_run_url=run_url, plots=plot_urls,
         primary_delta=list(report["primary_delta"]) if report["deltas"] else None,
         champion_metrics=champ["metrics"] if report["deltas"] else None,
-        summary=summary_markdown(spec, report, plot_urls))
+        summary=summary_markdown(spec, report, plot_urls), plots_inline=plots_inline)

@@ -46,6 +46,8 @@ class EvaluationRecord(Record):
     """Against a champion: [change, low, high] of the primary metric."""
     champion_metrics: dict[str, float] | None = field("json", default=None)
     summary: str = field("md")
+    plots_inline: str | None = field("md", default=None)
+    """The plots themselves, embedded in markdown (evaluation.report.plots_markdown)."""
 
     def to_metadata(self) -> dict[str, Any]:
         import dagster as dg
