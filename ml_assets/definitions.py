@@ -7,7 +7,7 @@ import dagster as dg
 
 from ml_assets import sources
 from ml_assets.defs.model import build_model_defs
-from ml_assets.deploy.alerts.sensor import build_failure_alert_sensor
+from ml_assets.deploy.alerts.sensor import build_failure_alert_sensor, build_lifecycle_sensor
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
 from ml_assets.model_files import load_all_model_specs
 from ml_assets.resources import (
@@ -122,5 +122,8 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     shared = dg.Definitions(resources=local_resources(settings), executor=step_executor(settings, specs),
                             sensors=[build_failure_alert_sensor(
                                 interval_seconds=settings.alert_interval_seconds,
-                                webhook=dg.EnvVar(WEBHOOK_VARIABLE))] if settings.production else [])
+                                webhook=dg.EnvVar(WEBHOOK_VARIABLE)),
+                                build_lifecycle_sensor(
+                                interval_seconds=settings.alert_interval_seconds, webhook=dg.EnvVar(WEBHOOK_VARIABLE),
+                                models=[spec.name for spec in specs])] if settings.production else [])
     return dg.Definitions.merge(*models, shared)

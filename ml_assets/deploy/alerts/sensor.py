@@ -1,10 +1,12 @@
-"""The run-failure alert sensor of the production configuration (ml_assets.definitions adds it)."""
+"""The alert sensors of the production configuration (ml_assets.definitions adds them): failed runs,
+and lifecycle events (promotions and rollbacks)."""
 
 import datetime as dt
 import json
 
 import dagster as dg
 
+from ml_assets.deploy.alerts import lifecycle
 from ml_assets.deploy.alerts.failures import MAX_PER_RUN_MESSAGES, describe, messages
 from ml_assets.deploy.alerts.webhook import check_webhook_url, deliver
 from ml_assets.resources.links import DagsterLinksResource
@@ -60,3 +62,34 @@ def build_failure_alert_sensor(*, interval_seconds: int, webhook: dg.EnvVar) -> 
         return dg.SkipReason(f"alerted {len(found)} failed run(s) in {len(payloads)} message(s)")
 
     return run_failure_alerts
+
+
+def build_lifecycle_sensor(*, interval_seconds: int, webhook: dg.EnvVar, models: list[str]) -> dg.SensorDefinition:
+    """One message per lifecycle event of ``models`` (ml_assets.deploy.alerts.lifecycle), to the same
+    webhook as the failure alerts; the cursor is the last event's storage id."""
+
+    @dg.sensor(
+        name="lifecycle_notifications",
+        minimum_interval_seconds=interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Posts each promotion and rollback of {', '.join(models) or 'no model'} to ${webhook.env_var_name}.",
+    )
+    def lifecycle_notifications(context: dg.SensorEvaluationContext, links: DagsterLinksResource) -> dg.SkipReason:
+        url = (webhook.get_value() or "").strip()  # read at each tick: see run_failure_alerts
+        if not url:
+            return dg.SkipReason(f"{webhook.env_var_name} is not set: no notifications are sent")
+        check_webhook_url(url)
+        if not context.cursor:
+            context.update_cursor(json.dumps({"after": lifecycle.latest_storage_id(context.instance, models)}))
+            return dg.SkipReason("started watching for promotions and rollbacks")
+        after = int(json.loads(context.cursor)["after"])
+        events = lifecycle.promotion_events(context.instance, models, after, BATCH)
+        if not events:
+            return dg.SkipReason("no new lifecycle events")
+        payloads = [lifecycle.promotion_message(record, links.run_url(run_id))
+                    for _, record, run_id in events if record.outcome != "unchanged"]
+        deliver(url, payloads)  # raises on failure: the cursor stays, the next tick retries
+        context.update_cursor(json.dumps({"after": events[-1][0]}))
+        return dg.SkipReason(f"sent {len(payloads)} notification(s) for {len(events)} event(s)")
+
+    return lifecycle_notifications

@@ -1,0 +1,90 @@
+"""Lifecycle notifications against real promotions: the production_model asset run by its job in a
+real (temporary) Dagster instance, a real MLflow registry (SQLite) and a real HTTP receiver on
+loopback. One message per promotion or rollback; a request already in effect sends nothing."""
+
+import dagster as dg
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ml_assets import registry
+from ml_assets.deploy.alerts.sensor import build_lifecycle_sensor
+from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE, AlertDeliveryError
+from ml_assets.promotion.assets import (
+    build_production_model,
+    build_promotion_job,
+    promotion_run_config,
+)
+from ml_assets.resources import LocalVersionStoreResource, MlflowTrackingResource
+from ml_assets.resources.links import DagsterLinksResource
+from ml_assets.settings import BUNDLED_MODELS_DIR
+from ml_assets.spec import load_spec
+
+SPEC = load_spec(BUNDLED_MODELS_DIR / "flights_delay.yaml")
+NAME = SPEC.name
+
+
+def register(client, partition: str) -> str:
+    """A version as the pipeline tags it, its gate passed against the champion of the moment."""
+    champion = registry.by_alias(client, NAME, registry.CHAMPION)
+    mv = client.create_model_version(NAME, source=f"file:///nowhere/{partition}", tags={
+        "partition": partition, "gate": "passed", "gate_reason": "beat it",
+        "gate_champion_version": str(champion.version) if champion else "none", "primary_metric": "roc_auc",
+        "test_roc_auc": "0.7", "checkpoint_sha256": f"sha-{partition}"})
+    return str(mv.version)
+
+
+def test_each_promotion_and_rollback_is_one_message(tmp_path, webhook, monkeypatch):
+    monkeypatch.setenv(WEBHOOK_VARIABLE, webhook.url)
+    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=db, registry_uri=db)
+    client.create_registered_model(NAME)
+    tracking = MlflowTrackingResource(tracking_uri=db, artifact_root=str(tmp_path / "artifacts"))
+    production = build_production_model(SPEC)
+    job = build_promotion_job(SPEC, production)
+    defs = dg.Definitions(assets=[production], jobs=[job], resources={
+        "tracking": tracking, "version_store": LocalVersionStoreResource(root=str(tmp_path / "store"))})
+    sensor = build_lifecycle_sensor(interval_seconds=30, webhook=dg.EnvVar(WEBHOOK_VARIABLE), models=[NAME])
+    links = DagsterLinksResource(base_url="http://dagster.internal:3000")
+
+    with dg.instance_for_test() as instance:
+        cursor = [None]
+
+        def tick():
+            context = dg.build_sensor_context(instance=instance, cursor=cursor[0], resources={"links": links})
+            result = sensor(context)
+            cursor[0] = context.cursor
+            return result
+
+        def move(action: str, version: str = "", reason: str = "tested") -> str:
+            config = promotion_run_config(SPEC, action, version, reason, "pytest")
+            result = defs.resolve_job_def(job.name).execute_in_process(run_config=config, instance=instance)
+            assert result.success
+            return result.run_id
+
+        move("promote", register(client, "2013-01-15"), "before the sensor existed")  # history: not sent
+        assert "started watching" in tick().skip_message and webhook.received == []
+
+        run = move("promote", register(client, "2013-01-16"), "beat v1 on the same rows")
+        move("promote", "2", "asked again")  # already in effect: nothing happened, nothing to say
+        assert "sent 1 notification(s) for 2 event(s)" in tick().skip_message
+        [promoted] = webhook.received
+        assert promoted["kind"] == "promotion" and (promoted["version"], promoted["previous_version"]) == ("2", "1")
+        assert promoted["reason"] == "beat v1 on the same rows" and promoted["actor"] == "pytest"
+        assert promoted["run_url"] == f"http://dagster.internal:3000/runs/{run}"
+        assert promoted["text"].startswith("flights_delay: version 2 promoted @champion (previous: 1) by pytest")
+
+        move("rollback", reason="v2 misbehaves in production")
+        tick()
+        assert [m["kind"] for m in webhook.received] == ["promotion", "rollback"]
+        rolled = webhook.received[-1]
+        assert (rolled["version"], rolled["previous_version"]) == ("1", "2")
+        assert "rolled back to @champion" in rolled["text"] and "v2 misbehaves" in rolled["text"]
+        assert "no new lifecycle events" in tick().skip_message and len(webhook.received) == 2
+
+        # The webhook down: nothing is lost, the next tick sends it.
+        move("promote", "2", "fixed")
+        webhook.fail_next = 1
+        with pytest.raises(AlertDeliveryError, match="webhook at 127.0.0.1 failed"):
+            tick()  # its cursor is not kept
+        tick()
+        assert [m["kind"] for m in webhook.received] == ["promotion", "rollback", "promotion"]
