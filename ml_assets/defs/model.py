@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from ml_assets.defs.automation.arrival import build_arrival_sensor, watched
 from ml_assets.defs.automation.schedules import (
     build_daily_job,
     build_daily_schedule,
@@ -48,4 +49,5 @@ def build_model_defs(spec: ModelSpec) -> dg.Definitions:
     score = build_scoring_job(spec, predictions)
     return dg.Definitions(assets=[*assets, production, tuning, predictions], jobs=[job, ingest, promote, tune, score],
                           schedules=[build_daily_schedule(job), build_tuning_schedule(tune), build_scoring_schedule(score)],
-                          sensors=[build_promotion_sensor(spec, promote)])
+                          sensors=[build_promotion_sensor(spec, promote),
+                                   *([build_arrival_sensor(spec, ingest)] if watched(spec) else [])])

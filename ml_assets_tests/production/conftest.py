@@ -199,6 +199,7 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
         AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
         ML_ASSETS_ARTIFACTS_URL="s3://ml-assets/artifacts", ML_ASSETS_CHECKPOINTS_URL="s3://ml-assets/checkpoints",
         ML_ASSETS_OBJECTS_URL="s3://ml-assets/objects", ML_ASSETS_MAX_CONCURRENT_STEPS="2",
+        ML_ASSETS_COMPUTE_LOGS_BUCKET="ml-assets",
         ML_ASSETS_DAGSTER_URL=f"http://127.0.0.1:{webserver_port}", ML_ASSETS_ALERT_INTERVAL_SECONDS="2",
         MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DAGSTER_DISABLE_TELEMETRY="true",
     )

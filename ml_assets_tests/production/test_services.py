@@ -203,6 +203,10 @@ def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(se
     for day in days:
         assert keys("ml-assets", f"checkpoints/{MODEL}/date={day}/"), day
         assert keys("ml-assets", f"artifacts/{MODEL}/features/date={day}/"), day
+    # The steps' stdout/stderr went to S3 through dagster-aws's compute log manager (deploy/production).
+    logged = keys("ml-assets", "dagster/compute-logs/")
+    for run_id in run_ids:
+        assert any(run_id in key for key in logged), (run_id, logged[:5])
     # docs/api.md's MLflow REST calls: a Dagster run's MLflow run, and the model's versions.
     rest = f"{services.mlflow_url}/api/2.0/mlflow"
     experiment = requests.get(f"{rest}/experiments/get-by-name", params={"experiment_name": MODEL}, timeout=30).json()

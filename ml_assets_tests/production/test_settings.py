@@ -97,7 +97,9 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
 
     (tmp_path / "dagster.yaml").write_text((REPO / "deploy" / "production" / "dagster.yaml").read_text())
     monkeypatch.setenv("ML_ASSETS_DAGSTER_POSTGRES_URL", "postgresql://user@db.internal/dagster")
+    monkeypatch.setenv("ML_ASSETS_COMPUTE_LOGS_BUCKET", "logs")
     config, _ = dagster_instance_config(str(tmp_path))
+    assert config["compute_logs"]["module"] == "dagster_aws.s3.compute_log_manager"
     assert config["run_launcher"] == {"module": "ml_assets.deploy.run_launcher", "class": "LocalProcessRunLauncher",
                                       "config": {"start_method": "forkserver"}}
     assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] > 0

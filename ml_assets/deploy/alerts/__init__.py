@@ -1,5 +1,4 @@
-"""Alerts to a webhook. Run failures: what failed (model, partition, stage, reason, link), posted
-to a webhook.
+"""Alerts to a webhook. Run failures: what failed (model, partition, stage, reason, link).
 
 ``sensor.build_failure_alert_sensor`` watches for failed runs; for those that failed since its
 cursor ``failures.describe`` says what failed and ``failures.messages`` groups them (one message
