@@ -70,7 +70,7 @@ def test_second_spec_makes_a_second_independent_group(tmp_path, spec_dict):
     assert groups == {"flights_delay", "flights_delay_minutes", "flights_delay_production",
                       "flights_delay_minutes_production", "flights_delay_tuning", "flights_delay_minutes_tuning"}
     second = [k for k in graph.get_all_asset_keys() if k.path[0] == "flights_delay_minutes"]
-    assert len(second) == len(STAGES) + 3  # + production_model, hyperparameters and predictions
+    assert len(second) == len(STAGES) + 4  # + production_model, hyperparameters, predictions, model_monitor
     for key in second:
         assert all(p.path[0] == "flights_delay_minutes" for p in graph.get(key).parent_keys)
     # The promotion sensor runs by default only where the spec asks for automatic promotion.

@@ -24,7 +24,12 @@ from ml_assets.promotion.assets import (
     build_promotion_sensor,
 )
 from ml_assets.registry.assets import build_registered_model
-from ml_assets.scoring.assets import build_predictions, build_scoring_job, build_scoring_schedule
+from ml_assets.scoring.assets import (
+    build_model_monitor,
+    build_predictions,
+    build_scoring_job,
+    build_scoring_schedule,
+)
 from ml_assets.spec import ModelSpec
 
 BUILDERS = (
@@ -45,9 +50,10 @@ def build_model_defs(spec: ModelSpec) -> dg.Definitions:
     promote = build_promotion_job(spec, production)
     tuning = build_hyperparameters(spec)
     tune = build_tuning_job(spec, tuning)
-    predictions = build_predictions(spec)
-    score = build_scoring_job(spec, predictions)
-    return dg.Definitions(assets=[*assets, production, tuning, predictions], jobs=[job, ingest, promote, tune, score],
+    predictions, monitor = build_predictions(spec), build_model_monitor(spec)
+    score = build_scoring_job(spec, [predictions, monitor])
+    return dg.Definitions(assets=[*assets, production, tuning, predictions, monitor],
+                          jobs=[job, ingest, promote, tune, score],
                           schedules=[build_daily_schedule(job), build_tuning_schedule(tune), build_scoring_schedule(score)],
                           sensors=[build_promotion_sensor(spec, promote),
                                    *([build_arrival_sensor(spec, ingest)] if watched(spec) else [])])

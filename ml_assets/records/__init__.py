@@ -16,6 +16,7 @@ nothing reads metadata or tags by string key: a stage reads its upstream with ``
 | production_model | PromotionRecord |
 | hyperparameters | TunedRecord |
 | predictions | PredictionsRecord |
+| model_monitor | MonitorRecord |
 """
 
 from ml_assets.records.base import Record, RecordError
@@ -31,10 +32,10 @@ from ml_assets.records.data import (
 from ml_assets.records.evaluation import EvaluationRecord
 from ml_assets.records.promotion import PromotionRecord
 from ml_assets.records.registry import GateTags, RegisteredRecord, VersionTags
-from ml_assets.records.scoring import PredictionsRecord
+from ml_assets.records.scoring import MonitorRecord, PredictionsRecord
 from ml_assets.records.training import CheckpointRecord, TunedRecord
 
-__all__ = ["CheckpointRecord", "EvaluationRecord", "FeaturesRecord", "GateTags", "PredictionsRecord", "PromotionRecord", "Provenance",
+__all__ = ["CheckpointRecord", "EvaluationRecord", "FeaturesRecord", "GateTags", "MonitorRecord", "PredictionsRecord", "PromotionRecord", "Provenance",
            "PublishCommit", "RawCommit", "RawRecord", "Record", "RecordError", "RegisteredRecord", "SnapshotRecord",
            "StoredObject", "TunedRecord", "VersionTags", "latest", "upstream"]
 

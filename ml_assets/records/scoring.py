@@ -1,8 +1,10 @@
-"""What the scoring stage tells the next: a day's rows scored by the champion of the moment."""
+"""What the scoring stages tell the next: a day's rows scored by the champion of the moment, and
+the champion judged on that day."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ml_assets.records.base import Record, field
 
@@ -32,3 +34,40 @@ class PredictionsRecord(Record):
     mlflow_model_url: str = field("url")
     reused: bool = False
     """True when the same champion had already scored the same data: nothing new was written."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitorRecord(Record):
+    """model_monitor: the champion that scored a day, judged on the day's labels and against its own
+    training window. Shown with each live metric, the prediction PSI and the worst feature's PSI as
+    numbers of their own, so the UI plots them over the days."""
+
+    model_name: str
+    model_version: str
+    day: str
+    status: str
+    """ok, warn, blocked (a blocking limit crossed) or pending (no labels to judge the metrics yet)."""
+    findings: list[dict[str, str]] = field("json")
+    """Each limit crossed: kind (metric or drift), level (warn or blocked) and what was seen."""
+    pending_reason: str | None
+    rows_scored: int
+    rows_labeled: int
+    primary_metric: str
+    metrics: dict[str, float] = field("json")
+    primary_interval: list[float] | None = field("json")
+    labels_commit: str
+    predictions_sha256: str
+    prediction_drift: dict[str, Any] = field("json")
+    feature_drift: dict[str, dict[str, Any]] = field("json")
+    worst_feature: str | None
+    worst_feature_psi: float | None
+
+    def to_metadata(self) -> dict[str, Any]:
+        import dagster as dg
+
+        shown = {f"live_{name}": dg.MetadataValue.float(value) for name, value in self.metrics.items()}
+        if "psi" in self.prediction_drift:
+            shown["prediction_psi"] = dg.MetadataValue.float(self.prediction_drift["psi"])
+        if self.worst_feature_psi is not None:
+            shown["worst_feature_psi"] = dg.MetadataValue.float(self.worst_feature_psi)
+        return {**shown, **super().to_metadata()}

@@ -1,4 +1,4 @@
-"""The predictions asset, its job and its daily schedule."""
+"""The scoring assets (predictions, model_monitor), their job and its daily schedule."""
 
 import datetime as dt
 
@@ -6,7 +6,7 @@ import dagster as dg
 
 from ml_assets.defs.automation.schedules import job_tags
 from ml_assets.defs.common import asset_key, code_version, daily_partitions, step
-from ml_assets.records import PredictionsRecord, SnapshotRecord, latest, upstream
+from ml_assets.records import MonitorRecord, PredictionsRecord, SnapshotRecord, latest, upstream
 from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource, VersionStoreResource
 from ml_assets.spec import ModelSpec
 
@@ -48,11 +48,65 @@ def build_predictions(spec: ModelSpec) -> dg.AssetsDefinition:
     return predictions
 
 
-def build_scoring_job(spec: ModelSpec, predictions: dg.AssetsDefinition) -> dg.JobDefinition:
+LIVE_METRICS_CHECK = "live_metrics"
+DRIFT_CHECK = "drift"
+
+
+def monitor_checks(record: MonitorRecord, key: dg.AssetKey) -> list[dg.AssetCheckResult]:
+    """The spec's monitoring limits as two checks: failed with severity ERROR when a blocking level
+    is crossed, WARN for a warn level; a pending day passes, saying why it is not judged."""
+    results = []
+    for name, kind in ((LIVE_METRICS_CHECK, "metric"), (DRIFT_CHECK, "drift")):
+        mine = [f for f in record.findings if f["kind"] == kind]
+        blocked = any(f["level"] == "blocked" for f in mine)
+        description = ("; ".join(f["text"] for f in mine) if mine else
+                       f"pending: {record.pending_reason}" if kind == "metric" and record.pending_reason
+                       else "within the spec's monitoring limits")
+        results.append(dg.AssetCheckResult(
+            asset_key=key, check_name=name, passed=not mine,
+            severity=dg.AssetCheckSeverity.ERROR if blocked else dg.AssetCheckSeverity.WARN,
+            description=description[:1000], metadata={"status": record.status, "day": record.day}))
+    return results
+
+
+def build_model_monitor(spec: ModelSpec) -> dg.AssetsDefinition:
+    predictions_key, snapshot_key = asset_key(spec, "predictions"), asset_key(spec, "validated_snapshot")
+    key = asset_key(spec, "model_monitor")
+
+    @dg.asset(
+        key=key,
+        deps=[predictions_key, snapshot_key],
+        group_name=f"{spec.name}_production",
+        partitions_def=daily_partitions(spec),
+        kinds={"pytorch", "mlflow"},
+        code_version=code_version(spec, ("monitoring", "target", "evaluation"), "ml_assets.scoring"),
+        tags={"ml_assets/stage": "monitoring"},
+        check_specs=[dg.AssetCheckSpec(LIVE_METRICS_CHECK, asset=key,
+                                       description="the champion's live metrics of the day within monitoring.metrics"),
+                     dg.AssetCheckSpec(DRIFT_CHECK, asset=key,
+                                       description="the day's predictions and features within monitoring's drift limits")],
+        description=(f"The {spec.name} champion that scored the day, judged on its labels (metrics with intervals) "
+                     "and against its training window (prediction and feature drift); limits from monitoring:."),
+    )
+    def model_monitor(context: dg.AssetExecutionContext, version_store: VersionStoreResource,
+                      tracking: MlflowTrackingResource) -> dg.MaterializeResult:
+        from ml_assets.scoring.monitor import monitor_day
+
+        run = step(context, spec)
+        scored = upstream(context, predictions_key, run.partition, PredictionsRecord)
+        snapshot = upstream(context, snapshot_key, run.partition, SnapshotRecord)
+        record = monitor_day(spec, dt.date.fromisoformat(run.partition), version_store.get_store(), tracking.client(),
+                             scored, snapshot, context.log.info)
+        return dg.MaterializeResult(metadata=record.to_metadata(), check_results=monitor_checks(record, key))
+
+    return model_monitor
+
+
+def build_scoring_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
     return dg.define_asset_job(
         name=f"{spec.name}_score",
-        selection=dg.AssetSelection.assets(predictions),
-        description=f"Score one day of {spec.name} rows with the current @champion.",
+        selection=dg.AssetSelection.assets(*assets),
+        description=f"Score one day of {spec.name} rows with the current @champion, and judge it on the day.",
         tags=job_tags(spec, trains=False),
     )
 

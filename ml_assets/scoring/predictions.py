@@ -116,7 +116,7 @@ def score_day(spec: ModelSpec, day: dt.date, store: VersionStore, artifacts, cli
         raise ScoringError(f"the champion (version {mv.version}) predicts {loaded.meta.get('task')} "
                            f"{loaded.meta.get('classes') or ''}, the spec {spec.target.task} "
                            f"{spec.target.classes or ''}: promote a version trained on this spec")
-    inputs = day_tables(spec, store, snapshot, day)
+    inputs = day_tables(spec, store, snapshot.repository, snapshot.commit, day)
     built = build_features(spec, inputs.tables, inputs.history, keys=spec.data_schema.keys, labeled_only=False)
     gate = tags.gate
     threshold = float(gate.decision_threshold) if gate and gate.decision_threshold else None

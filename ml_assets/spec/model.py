@@ -12,6 +12,7 @@ from ml_assets.spec.base import StrictModel, model_name
 from ml_assets.spec.card import CardSpec
 from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
 from ml_assets.spec.features import FeaturesSpec
+from ml_assets.spec.monitoring import MonitoringSpec
 from ml_assets.spec.partitioning import PartitioningSpec
 from ml_assets.spec.promotion import PromotionSpec
 from ml_assets.spec.schema import TIMESTAMP_DTYPES, DataSchema
@@ -38,6 +39,7 @@ class ModelSpec(StrictModel):
     evaluation: EvaluationSpec
     promotion: PromotionSpec
     card: CardSpec = CardSpec()
+    monitoring: MonitoringSpec = MonitoringSpec()
 
     @model_validator(mode="before")
     @classmethod
@@ -48,6 +50,21 @@ class ModelSpec(StrictModel):
     @classmethod
     def _name(cls, value: str) -> str:
         return model_name(value)
+
+    @model_validator(mode="after")
+    def _monitored_metrics(self) -> ModelSpec:
+        from ml_assets.spec.evaluation import HIGHER_IS_BETTER
+
+        known = TASK_METRICS[self.target.task]
+        for name, limit in self.monitoring.metrics.items():
+            where = f"monitoring.metrics.{name}"
+            if name not in known:
+                raise ValueError(f"{where}: {self.target.task} has no metric {name!r} (it has {', '.join(known)})")
+            if limit.higher_is_better != HIGHER_IS_BETTER[name]:
+                want = "warn_below/block_below" if HIGHER_IS_BETTER[name] else "warn_above/block_above"
+                raise ValueError(f"{where}: {name} is {'higher' if HIGHER_IS_BETTER[name] else 'lower'}-is-better, "
+                                 f"so its limits are {want}")
+        return self
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> ModelSpec:

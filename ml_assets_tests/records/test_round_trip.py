@@ -14,6 +14,7 @@ from ml_assets.records import (
     EvaluationRecord,
     FeaturesRecord,
     GateTags,
+    MonitorRecord,
     PredictionsRecord,
     PromotionRecord,
     Provenance,
@@ -85,6 +86,13 @@ RECORDS = {
         model_name="m", model_version="2", weights_sha256="w" * 64, data_commit="c2", repository="r",
         uri="/a/p.parquet", sha256="p" * 64, bytes=9, rows=5, rows_labeled=4, columns=["carrier", "score"],
         feature_state_sha256="s" * 64, mlflow_model_url="http://mlflow/m/2"),
+    "model_monitor": MonitorRecord(
+        model_name="m", model_version="2", day="2013-02-02", status="blocked",
+        findings=[{"kind": "metric", "level": "blocked", "text": "roc_auc 0.31"}], pending_reason=None,
+        rows_scored=900, rows_labeled=880, primary_metric="roc_auc", metrics={"roc_auc": 0.31},
+        primary_interval=[0.28, 0.34], labels_commit="c3", predictions_sha256="p" * 64,
+        prediction_drift={"psi": 0.02, "p": 0.4, "rows": [900, 15000]},
+        feature_drift={"distance": {"not_judged": "12 rows < 100"}}, worst_feature=None, worst_feature_psi=None),
 }
 
 

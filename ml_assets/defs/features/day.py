@@ -39,11 +39,11 @@ class DayTables:
         return sorted(d.isoformat() for d in self.read), sorted(d.isoformat() for d in self.wanted if d not in self.read)
 
 
-def day_tables(spec, store: VersionStore, snapshot: SnapshotRecord, day: dt.date) -> DayTables:
+def day_tables(spec, store: VersionStore, repo: str, commit: str, day: dt.date) -> DayTables:
     """The day's tables and the raw rows of the days its rolling aggregates read, as published in
-    the snapshot's main commit (pinned, so a re-run reads the same bytes); a day missing there is
-    missing from the aggregate, and listed."""
-    layout, repo, commit = Layout.of(spec), snapshot.repository, snapshot.commit
+    main commit ``commit`` of ``repo`` (pinned, so a re-run reads the same bytes); a day missing there
+    is missing from the aggregate, and listed."""
+    layout = Layout.of(spec)
     tables = {name: read_parquet(store.get_object(repo, commit, path)) for name, path in layout.object_paths(day).items()}
     wanted = [day - dt.timedelta(days=back) for back in range(1, history_days(spec) + 1)]
     past = {}
@@ -60,7 +60,7 @@ def build_day(step: Step, store: VersionStore, artifacts: ArtifactStoreResource,
               log: Callable[[str], None]) -> FeaturesRecord:
     """Raises build.FeatureError when the spec's features cannot be built from the day's rows."""
     spec, day = step.spec, dt.date.fromisoformat(step.partition)
-    inputs = day_tables(spec, store, snapshot, day)
+    inputs = day_tables(spec, store, snapshot.repository, snapshot.commit, day)
     built = build.build_features(spec, inputs.tables, inputs.history)
     ref = artifacts.put(Layout.of(spec).features_prefix(day), parquet_bytes(built.frame), ".parquet")
     log(f"features {day}: {built.frame.height} rows from main commit {snapshot.commit[:12]}")
