@@ -3,6 +3,7 @@
 import dagster as dg
 
 from ml_assets.defs.automation.arrival import build_arrival_sensor, watched
+from ml_assets.defs.automation.retrain import build_retrain_sensor
 from ml_assets.defs.automation.schedules import (
     build_daily_job,
     build_daily_schedule,
@@ -54,6 +55,8 @@ def build_model_defs(spec: ModelSpec) -> dg.Definitions:
     score = build_scoring_job(spec, [predictions, monitor])
     return dg.Definitions(assets=[*assets, production, tuning, predictions, monitor],
                           jobs=[job, ingest, promote, tune, score],
-                          schedules=[build_daily_schedule(job), build_tuning_schedule(tune), build_scoring_schedule(score)],
+                          schedules=[*([build_daily_schedule(job)] if spec.retrain.scheduled else []),
+                                     build_tuning_schedule(tune), build_scoring_schedule(score)],
                           sensors=[build_promotion_sensor(spec, promote),
-                                   *([build_arrival_sensor(spec, ingest)] if watched(spec) else [])])
+                                   *([build_arrival_sensor(spec, ingest)] if watched(spec) else []),
+                                   *([build_retrain_sensor(spec, job)] if spec.retrain.on_degradation else [])])

@@ -1,4 +1,5 @@
-"""What the production run launcher records on a Dagster run about the worker process it started."""
+"""What a Dagster run's tags record: the worker process the production run launcher started, what
+the run ran (model, partition, backfill), and why a training run trains."""
 
 from __future__ import annotations
 
@@ -48,3 +49,29 @@ class RunLabels:
                          f"{tags.get('dagster/asset_partition_range_end', '')}")
         return cls(model=tags.get("ml_assets/model", job_name), partition=partition,
                    backfill=tags.get("dagster/backfill", ""))
+
+
+RETRAIN_TAG = "ml_assets/retrain"
+REASON_TAG = "ml_assets/retrain_reason"
+EVIDENCE_TAG = "ml_assets/retrain_evidence"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrainTags:
+    """Why a run of a model's daily job trains: ``schedule``, or ``degradation`` with the reason
+    and the evidence (the model_monitor result) that launched it."""
+
+    why: str
+    reason: str = ""
+    evidence: str = ""
+
+    def to_tags(self) -> dict[str, str]:
+        return {RETRAIN_TAG: self.why, **({REASON_TAG: self.reason[:1000]} if self.reason else {}),
+                **({EVIDENCE_TAG: self.evidence} if self.evidence else {})}
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> Self | None:
+        """None for a run that was not launched to retrain (a run by hand, a backfill)."""
+        if RETRAIN_TAG not in tags:
+            return None
+        return cls(why=tags[RETRAIN_TAG], reason=tags.get(REASON_TAG, ""), evidence=tags.get(EVIDENCE_TAG, ""))

@@ -15,6 +15,7 @@ from ml_assets.spec.features import FeaturesSpec
 from ml_assets.spec.monitoring import MonitoringSpec
 from ml_assets.spec.partitioning import PartitioningSpec
 from ml_assets.spec.promotion import PromotionSpec
+from ml_assets.spec.retrain import RetrainSpec
 from ml_assets.spec.schema import TIMESTAMP_DTYPES, DataSchema
 from ml_assets.spec.source import SourceSpec
 from ml_assets.spec.target import TargetSpec
@@ -40,6 +41,7 @@ class ModelSpec(StrictModel):
     promotion: PromotionSpec
     card: CardSpec = CardSpec()
     monitoring: MonitoringSpec = MonitoringSpec()
+    retrain: RetrainSpec = RetrainSpec()
 
     @model_validator(mode="before")
     @classmethod
@@ -64,6 +66,16 @@ class ModelSpec(StrictModel):
                 want = "warn_below/block_below" if HIGHER_IS_BETTER[name] else "warn_above/block_above"
                 raise ValueError(f"{where}: {name} is {'higher' if HIGHER_IS_BETTER[name] else 'lower'}-is-better, "
                                  f"so its limits are {want}")
+        return self
+
+    @model_validator(mode="after")
+    def _evidence_to_retrain_on(self) -> ModelSpec:
+        m = self.monitoring
+        blocking = any(limit.block_below is not None or limit.block_above is not None for limit in m.metrics.values())
+        blocking = blocking or any(d is not None and d.block_above is not None for d in (m.prediction_drift, m.feature_drift))
+        if self.retrain.on_degradation and not blocking:
+            raise ValueError(f"retrain.on: {self.retrain.on} retrains when model_monitor crosses a blocking limit, and "
+                             "monitoring sets none (give a block_below/block_above in monitoring)")
         return self
 
     @model_validator(mode="after")

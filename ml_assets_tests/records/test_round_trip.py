@@ -191,3 +191,12 @@ def test_run_tags_round_trip_and_name_the_partition_range():
     labels = RunLabels.from_tags({"dagster/asset_partition_range_start": "2013-02-01",
                                   "dagster/asset_partition_range_end": "2013-02-03", "dagster/backfill": "b"}, "job")
     assert labels == RunLabels(model="job", partition="2013-02-01..2013-02-03", backfill="b")
+
+
+def test_why_a_run_retrains_round_trips_through_its_tags():
+    from ml_assets.records.runs import RetrainTags
+
+    tags = RetrainTags(why="degradation", reason="model_monitor 2013-03-16: roc_auc 0.21", evidence="model_monitor 2013-03-16")
+    assert RetrainTags.from_tags(tags.to_tags()) == tags
+    assert RetrainTags.from_tags(RetrainTags(why="schedule").to_tags()) == RetrainTags(why="schedule")
+    assert RetrainTags.from_tags({"dagster/partition": "2013-03-16"}) is None

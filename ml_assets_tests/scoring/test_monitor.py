@@ -1,22 +1,28 @@
-"""model_monitor through Dagster, on a files source whose days the test rewrites: a normal day is
-ok; a day whose labels, arriving later, contradict the champion's scores crosses the blocking limit
-(its check fails with severity ERROR, the reason names the metric); a day without labels is pending,
-not failed; and a monitoring section with a limit of the wrong sign is refused at load."""
+"""model_monitor and retraining on evidence through Dagster, on a files source whose days the test
+rewrites: a normal day is ok; a day whose labels, arriving later, contradict the champion's scores
+crosses the blocking limit (its check fails with severity ERROR, the reason names the metric) and
+the retrain sensor launches exactly one training of the latest partition, with that reason, and no
+second one within the cooldown; a day without labels is pending, not failed; the lifecycle
+notifications say each of it once to a receiver on loopback; a monitoring section with a limit of
+the wrong sign is refused at load."""
 
 import datetime as dt
 
 import dagster as dg
 import polars as pl
 import pytest
-from mlflow.tracking import MlflowClient
 
-from ml_assets import promotion
 from ml_assets.definitions import build_definitions
+from ml_assets.defs.automation.retrain import REASON_TAG, RETRAIN_TAG
+from ml_assets.deploy.alerts.sensor import build_lifecycle_sensor
+from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
+from ml_assets.promotion.assets import promotion_run_config
 from ml_assets.records import MonitorRecord, PredictionsRecord, latest
+from ml_assets.resources.links import DagsterLinksResource
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError, load_spec
-from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files, small_training, write_spec
+from ml_assets_tests.production.conftest import Webhook
 
 NAME = "flights_delay"
 TRAIN = dt.date(2013, 3, 14)
@@ -34,6 +40,7 @@ def monitored_spec(spec_dict: dict, root) -> dict:
     data = small_training(spec_dict, window_days=3, epochs=1)
     data["source"] = flights_files(root, days)
     data["monitoring"] = MONITORING
+    data["retrain"] = {"on": "both", "cooldown_hours": 24}
     # The two rewritten days are waived where a rewrite trips the snapshot's checks on purpose.
     data["validation"]["waivers"] = [
         {"day": CONTRADICTED.isoformat(), "checks": ["drift"], "reason": "labels rewritten by the test"},
@@ -53,9 +60,14 @@ def test_the_monitor_judges_live_metrics_and_drift_and_waits_for_labels(home, tm
         assert ingest.execute_in_process(partition_key=(TRAIN - dt.timedelta(days=back)).isoformat(),
                                          instance=instance).success
     assert daily.execute_in_process(partition_key=TRAIN.isoformat(), instance=instance).success
-    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
-    store = LocalVersionStore(settings.version_store_root, objects_url=settings.objects_url)
-    promotion.execute(client, store, load_spec(spec_path), promotion.Request(NAME, "promote", "1", "monitor it", "pytest"))
+    hook = Webhook()
+    monkeypatch.setenv(WEBHOOK_VARIABLE, hook.url)
+    notify = Ticker(build_lifecycle_sensor(interval_seconds=30, webhook=dg.EnvVar(WEBHOOK_VARIABLE), models=[NAME]),
+                    instance, {"links": DagsterLinksResource(base_url="http://dagster.internal:3000")})
+    assert "started watching" in notify().skip_message
+    promote = defs.resolve_job_def(f"{NAME}_promote")  # as the sensor and the CLI promote: through the job
+    assert promote.execute_in_process(instance=instance, run_config=promotion_run_config(
+        load_spec(spec_path), "promote", "1", "monitor it", "pytest")).success
 
     def monitor(day: dt.date) -> tuple[MonitorRecord, dict[str, dg.AssetCheckEvaluation]]:
         assert ingest.execute_in_process(partition_key=day.isoformat(), instance=instance).success
@@ -91,6 +103,20 @@ def test_the_monitor_judges_live_metrics_and_drift_and_waits_for_labels(home, tm
     live = checks["live_metrics"]
     assert not live.passed and live.severity == dg.AssetCheckSeverity.ERROR and "roc_auc" in live.description
 
+    # Retraining on evidence: exactly one training of the latest partition, saying why.
+    retrain = Ticker(defs.resolve_sensor_def(f"{NAME}_retrain_sensor"), instance, definitions=defs)
+    [request] = retrain().run_requests
+    assert request.partition_key == CONTRADICTED.isoformat() and request.tags[RETRAIN_TAG] == "degradation"
+    assert request.tags[REASON_TAG].startswith(f"model_monitor {CONTRADICTED}, version 1: roc_auc 0.")
+    launched = daily.execute_in_process(partition_key=request.partition_key, tags=request.tags, instance=instance,
+                                        raise_on_error=False)  # its own gate may refuse the new model: that is fine
+    assert "no new model_monitor results" in retrain().skip_message
+    again, _ = monitor(CONTRADICTED)  # the same evidence once more, within the cooldown: nothing launched
+    assert again.status == "blocked"
+    cooled = retrain()
+    assert cooled.run_requests == [] and f"run {launched.run_id} retrained" in cooled.skip_message
+    assert len(instance.get_run_records(dg.RunsFilter(tags={RETRAIN_TAG: "degradation"}))) == 1
+
     # A day whose labels have not arrived: pending, with the reason; nothing fails.
     rows = pl.read_parquet(files / f"{UNLABELED}.parquet").with_columns(pl.lit(None, pl.Int64).alias("dep_delay"))
     rows.write_parquet(files / f"{UNLABELED}.parquet")
@@ -98,6 +124,32 @@ def test_the_monitor_judges_live_metrics_and_drift_and_waits_for_labels(home, tm
     assert waiting.status == "pending" and waiting.metrics == {}
     assert "0 labelled row(s)" in waiting.pending_reason and checks["live_metrics"].passed
     assert "pending:" in checks["live_metrics"].description
+    assert "none past a blocking limit" in retrain().skip_message
+
+    # One message per event: the promotion, each blocked monitor result, the retraining.
+    notify()
+    kinds = [m["kind"] for m in hook.received]
+    assert kinds == ["promotion", "monitor_blocked", "monitor_blocked", "retraining"], kinds
+    blocked, retraining = hook.received[1], hook.received[-1]
+    assert blocked["day"] == CONTRADICTED.isoformat() and "roc_auc" in blocked["text"]
+    assert retraining["run_id"] == launched.run_id and retraining["reason"] == request.tags[REASON_TAG]
+    assert "no new lifecycle events" in notify().skip_message
+    hook.close()
+
+
+class Ticker:
+    """A sensor evaluated tick after tick, keeping its cursor as the daemon would."""
+
+    def __init__(self, sensor, instance, resources=None, definitions=None) -> None:
+        self.sensor, self.instance, self.resources, self.definitions = sensor, instance, resources, definitions
+        self.cursor = None
+
+    def __call__(self):
+        context = dg.build_sensor_context(instance=self.instance, cursor=self.cursor, resources=self.resources,
+                                          definitions=self.definitions)
+        result = self.sensor.evaluate_tick(context)
+        self.cursor = context.cursor
+        return result
 
 
 @pytest.mark.parametrize(("limits", "problem"), [
@@ -112,3 +164,11 @@ def test_a_monitoring_section_that_cannot_work_is_refused_at_load(tmp_path, spec
     with pytest.raises(SpecError) as refused:
         load_spec(path)
     assert str(path) in str(refused.value) and "monitoring" in str(refused.value) and problem in str(refused.value)
+
+
+def test_retraining_on_evidence_without_a_blocking_limit_is_refused_at_load(tmp_path, spec_dict):
+    spec_dict["monitoring"] = {"metrics": {"roc_auc": {"warn_below": 0.6}}}
+    spec_dict["retrain"] = {"on": "on_degradation"}
+    path = write_spec(tmp_path, spec_dict)
+    with pytest.raises(SpecError, match="retrain.on: on_degradation retrains when model_monitor crosses a blocking"):
+        load_spec(path)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from ml_assets.records.runs import RetrainTags
 from ml_assets.spec import ModelSpec
 
 # Run tags the production instance's queue acts on (deploy/production/dagster.yaml): runs that
@@ -45,4 +46,6 @@ def build_ingest_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.J
 
 def build_daily_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
     # Stopped by default: turning on daily retraining is a decision, not a side effect of deploying.
-    return dg.build_schedule_from_partitioned_job(job, hour_of_day=2, default_status=dg.DefaultScheduleStatus.STOPPED)
+    # Its runs say why they train, as a retraining on evidence does (defs/automation/retrain.py).
+    return dg.build_schedule_from_partitioned_job(job, hour_of_day=2, default_status=dg.DefaultScheduleStatus.STOPPED,
+                                                  tags=RetrainTags(why="schedule").to_tags())

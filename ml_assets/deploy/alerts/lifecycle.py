@@ -3,20 +3,27 @@ message to the failure alerts' webhook, with a Slack-compatible ``text`` and the
 
 Events are read from the instance's records, so a notification says what the records say:
 - a promotion or a rollback: a materialization of ``<model>/production_model`` whose outcome moved
-  @champion (a request already in effect, outcome ``unchanged``, moved nothing and says nothing).
+  @champion (a request already in effect, outcome ``unchanged``, moved nothing and says nothing);
+- a blocking limit crossed: a materialization of ``<model>/model_monitor`` with status ``blocked``;
+- a retraining launched on evidence: a run of ``<model>_daily`` tagged ``ml_assets/retrain:
+  degradation`` (defs/automation/retrain.py), with the reason it carries.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
 import dagster as dg
 
-from ml_assets.records import PromotionRecord
+from ml_assets.records import MonitorRecord, PromotionRecord
+from ml_assets.records.runs import RETRAIN_TAG, RetrainTags, RunLabels
 
 PRODUCTION_STAGE = "production_model"
+MONITOR_STAGE = "model_monitor"
 
 
-def production_key(model: str) -> dg.AssetKey:
-    return dg.AssetKey([model, PRODUCTION_STAGE])
+def keys(models: list[str]) -> list[dg.AssetKey]:
+    return [dg.AssetKey([model, stage]) for model in models for stage in (PRODUCTION_STAGE, MONITOR_STAGE)]
 
 
 def promotion_message(record: PromotionRecord, run_url: str) -> dict:
@@ -31,25 +38,56 @@ def promotion_message(record: PromotionRecord, run_url: str) -> dict:
             "mlflow_model_url": record.mlflow_model_url}
 
 
-def promotion_events(instance: dg.DagsterInstance, models: list[str], after: int, limit: int
-                     ) -> list[tuple[int, PromotionRecord, str]]:
-    """(storage id, record, run id) of each production_model materialization after ``after``, oldest first."""
+def monitor_message(record: MonitorRecord, run_url: str) -> dict:
+    crossed = [f["text"] for f in record.findings if f["level"] == "blocked"]
+    text = (f"{record.model_name}: version {record.model_version} crossed a blocking monitoring limit on "
+            f"{record.day}: {'; '.join(crossed)}")
+    return {"kind": "monitor_blocked", "text": text, "model": record.model_name, "version": record.model_version,
+            "day": record.day, "findings": record.findings, "run_url": run_url}
+
+
+def retraining_message(run: dg.DagsterRun, run_url: str) -> dict:
+    labels, retrain = RunLabels.from_tags(run.tags, run.job_name.removesuffix("_daily")), RetrainTags.from_tags(run.tags)
+    why = retrain.reason if retrain else ""
+    return {"kind": "retraining", "text": f"{labels.model}: retraining partition {labels.partition} launched: {why}",
+            "model": labels.model, "partition": labels.partition, "reason": why, "run_id": run.run_id,
+            "run_url": run_url}
+
+
+def events(instance: dg.DagsterInstance, models: list[str], after: int, limit: int
+           ) -> list[tuple[int, dg.EventLogRecord]]:
+    """(storage id, record) of each production_model and model_monitor materialization after ``after``."""
+    found = []
+    for key in keys(models):
+        for event in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_storage_id=after),
+                                                     limit=limit, ascending=True).records:
+            found.append((event.storage_id, event))
+    return sorted(found, key=lambda item: item[0])[:limit]
+
+
+def message(event: dg.EventLogRecord, run_url: str) -> dict | None:
+    """The message one materialization makes, or None (an unchanged promotion, a monitor not blocked)."""
+    metadata = event.asset_materialization.metadata
+    if event.asset_key.path[-1] == PRODUCTION_STAGE:
+        record = PromotionRecord.from_metadata(metadata)
+        return promotion_message(record, run_url) if record.outcome != "unchanged" else None
+    monitored = MonitorRecord.from_metadata(metadata)
+    return monitor_message(monitored, run_url) if monitored.status == "blocked" else None
+
+
+def retrainings(instance: dg.DagsterInstance, models: list[str], after: dt.datetime, limit: int) -> list[dg.RunRecord]:
+    """Runs launched on evidence after ``after``, oldest first."""
     found = []
     for model in models:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=production_key(model), after_storage_id=after), limit=limit,
-            ascending=True).records
-        for event in records:
-            found.append((event.storage_id, PromotionRecord.from_metadata(event.asset_materialization.metadata),
-                          event.run_id))
-    return sorted(found, key=lambda item: item[0])[:limit]
+        found += instance.get_run_records(filters=dg.RunsFilter(
+            job_name=f"{model}_daily", tags={RETRAIN_TAG: "degradation"}, created_after=after), limit=limit)
+    return sorted(found, key=lambda r: r.create_timestamp)[:limit]
 
 
 def latest_storage_id(instance: dg.DagsterInstance, models: list[str]) -> int:
     """Where a first tick starts: after every event already recorded (history is not re-sent)."""
     latest = 0
-    for model in models:
-        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=production_key(model)),
-                                                  limit=1).records
+    for key in keys(models):
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records
         latest = max([latest, *(r.storage_id for r in records)])
     return latest

@@ -1,5 +1,5 @@
 """The alert sensors of the production configuration (ml_assets.definitions adds them): failed runs,
-and lifecycle events (promotions and rollbacks)."""
+and lifecycle events (promotions, rollbacks, monitoring limits crossed, retrainings launched)."""
 
 import datetime as dt
 import json
@@ -66,30 +66,38 @@ def build_failure_alert_sensor(*, interval_seconds: int, webhook: dg.EnvVar) -> 
 
 def build_lifecycle_sensor(*, interval_seconds: int, webhook: dg.EnvVar, models: list[str]) -> dg.SensorDefinition:
     """One message per lifecycle event of ``models`` (ml_assets.deploy.alerts.lifecycle), to the same
-    webhook as the failure alerts; the cursor is the last event's storage id."""
+    webhook as the failure alerts. The cursor: the last materialization's storage id and the last
+    retraining run's creation time."""
 
     @dg.sensor(
         name="lifecycle_notifications",
         minimum_interval_seconds=interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Posts each promotion and rollback of {', '.join(models) or 'no model'} to ${webhook.env_var_name}.",
+        description=(f"Posts each promotion, rollback, blocking monitoring limit crossed and retraining launched of "
+                     f"{', '.join(models) or 'no model'} to ${webhook.env_var_name}."),
     )
     def lifecycle_notifications(context: dg.SensorEvaluationContext, links: DagsterLinksResource) -> dg.SkipReason:
         url = (webhook.get_value() or "").strip()  # read at each tick: see run_failure_alerts
         if not url:
             return dg.SkipReason(f"{webhook.env_var_name} is not set: no notifications are sent")
         check_webhook_url(url)
+        now = dt.datetime.now(dt.UTC)
         if not context.cursor:
-            context.update_cursor(json.dumps({"after": lifecycle.latest_storage_id(context.instance, models)}))
-            return dg.SkipReason("started watching for promotions and rollbacks")
-        after = int(json.loads(context.cursor)["after"])
-        events = lifecycle.promotion_events(context.instance, models, after, BATCH)
-        if not events:
+            context.update_cursor(json.dumps({"after": lifecycle.latest_storage_id(context.instance, models),
+                                              "runs_after": now.timestamp()}))
+            return dg.SkipReason("started watching for promotions, rollbacks, monitoring limits and retrainings")
+        cursor = json.loads(context.cursor)
+        events = lifecycle.events(context.instance, models, int(cursor["after"]), BATCH)
+        runs = lifecycle.retrainings(context.instance, models,
+                                     dt.datetime.fromtimestamp(float(cursor["runs_after"]), dt.UTC), BATCH)
+        if not events and not runs:
             return dg.SkipReason("no new lifecycle events")
-        payloads = [lifecycle.promotion_message(record, links.run_url(run_id))
-                    for _, record, run_id in events if record.outcome != "unchanged"]
+        payloads = [m for _, e in events if (m := lifecycle.message(e, links.run_url(e.run_id))) is not None]
+        payloads += [lifecycle.retraining_message(r.dagster_run, links.run_url(r.dagster_run.run_id)) for r in runs]
         deliver(url, payloads)  # raises on failure: the cursor stays, the next tick retries
-        context.update_cursor(json.dumps({"after": events[-1][0]}))
-        return dg.SkipReason(f"sent {len(payloads)} notification(s) for {len(events)} event(s)")
+        context.update_cursor(json.dumps({
+            "after": events[-1][0] if events else cursor["after"],
+            "runs_after": _utc(runs[-1].create_timestamp).timestamp() if runs else cursor["runs_after"]}))
+        return dg.SkipReason(f"sent {len(payloads)} notification(s) for {len(events) + len(runs)} event(s)")
 
     return lifecycle_notifications
