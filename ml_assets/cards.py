@@ -25,6 +25,8 @@ from ml_assets.spec import ModelSpec
 MLFLOW_CARD = "card"
 MARKDOWN_FILE = "model_card.md"
 HTML_FILE = "model_card.html"
+CARD_TAG = "model_card"
+"""The model version's tag naming its card: ``runs:/<run>/card/model_card.html``."""
 PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion_matrix.png", "residuals.png", "slices.png",
          "loss_curves.png")
 """The evaluation's plots a card shows, in this order, where the task has them."""
@@ -174,10 +176,11 @@ def _num(value) -> str:
 
 
 def render_html(card: dict[str, Any], markdown_text: str, plots: dict[str, bytes]) -> str:
-    """One self-contained page: the card's markdown as HTML, then the plots as data URIs."""
-    import markdown
+    """One self-contained page: the card's markdown as HTML, then the plots as data URIs. Raw HTML in
+    the markdown (a spec's description, a reason someone typed) is shown as text, never run."""
+    from markdown_it import MarkdownIt
 
-    body = markdown.markdown(html.escape(markdown_text, quote=False), extensions=["tables"])
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown_text)
     figures = "".join(
         f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
         f"<figcaption>{html.escape(name.removesuffix('.png').replace('_', ' '))}</figcaption></figure>"
@@ -230,4 +233,6 @@ def publish(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
         (Path(tmp) / MARKDOWN_FILE).write_text(text, encoding="utf-8")
         (Path(tmp) / HTML_FILE).write_text(page, encoding="utf-8")
         client.log_artifacts(run_id, tmp, MLFLOW_CARD)
+    # The version itself points at its card (the MLflow UI shows version tags).
+    client.set_model_version_tag(spec.name, version, CARD_TAG, f"runs:/{run_id}/{MLFLOW_CARD}/{HTML_FILE}")
     return text

@@ -227,6 +227,8 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
     # The promotion republished the card with its decision; the CLI builds the same from the records.
     logged = Path(client.download_artifacts(version.run_id, "card/model_card.md", str(tmp_path / "card")))
     assert "reviewed the report" in logged.read_text() and "in production (@champion)" in logged.read_text()
+    assert client.get_model_version("flights_delay", str(version.version)).tags["model_card"] == (
+        f"runs:/{version.run_id}/card/model_card.html")
     printed = ml_assets_cli("card", "flights_delay", models_dir=models)
     assert printed.returncode == 0 and printed.stdout == logged.read_text(), printed.stderr[-3000:]
     for part in ("## Intended use", "## Training data", "| metric | this model | base_rate | linear |",

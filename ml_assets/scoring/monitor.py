@@ -7,8 +7,9 @@
 - **Drift.** The day's predictions and feature rows against those of the champion's own training
   window (the feature files its meta pins by sha256), each by a population stability index over
   the reference's deciles (numeric) or its categories (pooled as the snapshot's drift check pools
-  them) and a chi-square test of the two samples: drift counts only where both say so, and a
-  comparison with fewer than ``monitoring.min_rows`` rows on either side is not judged.
+  them), and the snapshot's test of the two samples (Kolmogorov-Smirnov for numbers, chi-square for
+  categories): drift counts only where both say so, and a comparison with fewer than
+  ``monitoring.min_rows`` rows on either side is not judged.
 - **Limits.** ``monitoring:`` in the spec; ``status`` is ``blocked`` when a blocking level is
   crossed, ``warn`` for a warn level, ``ok``, or ``pending`` (no labels yet: the metrics are not
   judged, the drift is).
@@ -37,7 +38,14 @@ from ml_assets.serving.predict import predict
 from ml_assets.spec import ModelSpec
 from ml_assets.spec.monitoring import DriftLimit, MetricLimit
 from ml_assets.storage import read_verified
-from ml_assets.validation.stats import MIN_SHARE, chi_square_p, pooled_counts, psi_of, too_few
+from ml_assets.validation.stats import (
+    MIN_SHARE,
+    chi_square_p,
+    ks_test,
+    pooled_counts,
+    psi_of,
+    too_few,
+)
 from ml_assets.versioning import VersionStore
 
 LABEL = "__label"
@@ -61,15 +69,20 @@ def numeric_counts(reference: np.ndarray, current: np.ndarray, bins: int = 10) -
 
 
 def compare(reference: pl.Series, current: pl.Series, categorical: bool, min_rows: int) -> dict[str, Any]:
-    """PSI and the chi-square p-value of two samples, or why they are not judged."""
+    """The PSI of two samples (the effect) and the p-value of the snapshot's test for that kind of
+    column (chi-square for categories, Kolmogorov-Smirnov for numbers), or why they are not judged."""
     reference, current = reference.drop_nulls(), current.drop_nulls()
     if not categorical:
         reference, current = reference.filter(reference.is_finite()), current.filter(current.is_finite())
     if (why := too_few(current.len(), reference.len(), min_rows)) is not None:
         return {"not_judged": why}
-    counts = (pooled_counts(reference.cast(pl.String), current.cast(pl.String), MIN_SHARE) if categorical
-              else numeric_counts(reference.to_numpy(), current.to_numpy()))
-    return {"psi": round(psi_of(counts), 4), "p": float(f"{chi_square_p(counts):.3g}"),
+    if categorical:
+        counts = pooled_counts(reference.cast(pl.String), current.cast(pl.String), MIN_SHARE)
+        p, test = chi_square_p(counts), "chi-square"
+    else:
+        counts = numeric_counts(reference.to_numpy(), current.to_numpy())
+        p, test = ks_test(reference.to_numpy(), current.to_numpy())[1], "ks"
+    return {"psi": round(psi_of(counts), 4), "p": float(f"{p:.3g}"), "test": test,
             "rows": [current.len(), reference.len()]}
 
 

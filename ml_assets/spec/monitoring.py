@@ -39,7 +39,8 @@ class MetricLimit(StrictModel):
 
 class DriftLimit(StrictModel):
     """A population stability index (PSI) limit: drift counts when the PSI is above the level and the
-    chi-square test of the two samples is below ``monitoring.significance`` (both sample sizes count)."""
+    snapshot's test of the two samples (Kolmogorov-Smirnov for numbers, chi-square for categories)
+    is below ``monitoring.significance`` (both sample sizes count)."""
 
     warn_above: float | None = Field(default=None, gt=0)
     block_above: float | None = Field(default=None, gt=0)

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from ml_assets.definitions import build_definitions
-from ml_assets.defs.automation.retrain import REASON_TAG, RETRAIN_TAG
+from ml_assets.defs.automation.retrain import REASON_TAG, RETRAIN_TAG, latest_partition
 from ml_assets.deploy.alerts.sensor import build_lifecycle_sensor
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
 from ml_assets.promotion.assets import promotion_run_config
@@ -125,6 +125,8 @@ def test_the_monitor_judges_live_metrics_and_drift_and_waits_for_labels(home, tm
     assert "0 labelled row(s)" in waiting.pending_reason and checks["live_metrics"].passed
     assert "pending:" in checks["live_metrics"].description
     assert "none past a blocking limit" in retrain().skip_message
+    # A retraining now would train the newest day with labels, not the one still waiting for them.
+    assert latest_partition(instance, load_spec(spec_path)) == CONTRADICTED.isoformat()
 
     # One message per event: the promotion, each blocked monitor result, the retraining.
     notify()

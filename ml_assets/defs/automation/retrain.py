@@ -10,7 +10,7 @@ import json
 
 import dagster as dg
 
-from ml_assets.records import MonitorRecord
+from ml_assets.records import FeaturesRecord, MonitorRecord, latest
 from ml_assets.records.runs import REASON_TAG, RETRAIN_TAG, RetrainTags
 from ml_assets.spec import ModelSpec
 
@@ -29,9 +29,14 @@ def reason(record: MonitorRecord) -> str:
 
 
 def latest_partition(instance: dg.DagsterInstance, spec: ModelSpec) -> str | None:
-    """The newest day whose features exist: what a retraining trains."""
-    days = instance.get_materialized_partitions(dg.AssetKey([spec.name, "features"]))
-    return max(days, default=None)
+    """The newest day whose features hold enough labelled rows to be a training's test day: what a
+    retraining trains (a newer day whose labels have not arrived has feature rows, but none labelled)."""
+    key = dg.AssetKey([spec.name, "features"])
+    for day in sorted(instance.get_materialized_partitions(key), reverse=True):
+        found = latest(instance, key, day, FeaturesRecord)
+        if found is not None and found.rows >= spec.evaluation.min_test_rows:
+            return day
+    return None
 
 
 def last_retraining(instance: dg.DagsterInstance, spec: ModelSpec) -> dg.RunRecord | None:
