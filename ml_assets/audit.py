@@ -5,12 +5,10 @@ and the pins that rebuild it."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,16 +22,6 @@ from ml_assets.records import VersionTags
 from ml_assets.trainer import code_pin
 
 
-def _artifact_json(client, run_id: str, path: str) -> dict | None:
-    from mlflow.exceptions import MlflowException
-
-    with tempfile.TemporaryDirectory(prefix="ml_assets-audit-") as tmp:
-        try:
-            return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_bytes())
-        except (MlflowException, OSError):
-            return None
-
-
 def collect(client, store, model: str, version: str | None, object_paths=None) -> dict[str, Any]:
     """Everything the audit shows, as one JSON-able dict (raises LineageError/RegistryError)."""
     if version is not None:
@@ -43,8 +31,8 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
     mv = client.get_model_version(model, chain["version"])
     tags = VersionTags.from_tags(mv.tags)
     gate = tags.gate
-    report = _artifact_json(client, mv.run_id, "evaluation/evaluation_report.json")
-    config = _artifact_json(client, mv.run_id, "training/train_config.json")
+    report = registry.run_json(client, mv.run_id, "evaluation/evaluation_report.json")
+    config = registry.run_json(client, mv.run_id, "training/train_config.json")
     records = promotion.history(store, model)
     champion = registry.by_alias(client, model, registry.CHAMPION)
     return {
@@ -173,7 +161,7 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
 
     mv = registry.get_version(client, model, version)
     tags = VersionTags.from_tags(mv.tags)
-    recorded = _artifact_json(client, mv.run_id, "training/train_config.json")
+    recorded = registry.run_json(client, mv.run_id, "training/train_config.json")
     if recorded is None:
         raise registry.RegistryError(f"{model} version {version} has no training/train_config.json in its MLflow run")
     out = workdir / f"{model}-v{mv.version}"

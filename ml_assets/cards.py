@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,8 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
     mv = registry.get_version(client, spec.name, version)
     tags = VersionTags.from_tags(mv.tags)
     champion = registry.by_alias(client, spec.name, registry.CHAMPION)
-    report = _artifact_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json") or {}
-    config = _artifact_json(client, mv.run_id, "training/train_config.json") or {}
+    report = registry.run_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json") or {}
+    config = registry.run_json(client, mv.run_id, "training/train_config.json") or {}
     return {
         "model": spec.name, "version": str(mv.version), "aliases": sorted(getattr(mv, "aliases", []) or []),
         "is_champion": champion is not None and str(champion.version) == str(mv.version),
@@ -61,18 +60,6 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
                  "model_code_sha256": tags.model_code_sha256, "dagster_run_url": tags.dagster_run_url},
         "promotions": [r for r in promotions if str(version) in (str(r.get("version")), str(r.get("previous")))],
     }
-
-
-def _artifact_json(client, run_id: str | None, path: str) -> dict | None:
-    from mlflow.exceptions import MlflowException
-
-    if not run_id:  # a version registered by hand, outside the pipeline: no run, no records in it
-        return None
-    with tempfile.TemporaryDirectory(prefix="ml_assets-card-") as tmp:
-        try:
-            return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_bytes())
-        except (MlflowException, OSError):
-            return None
 
 
 def limits(card: dict[str, Any]) -> list[str]:

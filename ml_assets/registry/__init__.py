@@ -17,10 +17,11 @@ from ml_assets.registry.versions import (
     keyed_run,
     load_version,
     move_challenger,
+    run_json,
     training_run,
     version_of_checkpoint,
 )
 
 __all__ = ["CHALLENGER", "CHAMPION", "RegistryError", "by_alias", "download_model",
-           "ensure_registered_model", "get_version", "keyed_run", "load_version", "move_challenger", "training_run",
+           "ensure_registered_model", "get_version", "keyed_run", "load_version", "move_challenger", "run_json", "training_run",
            "version_of_checkpoint"]

@@ -4,6 +4,7 @@ a version's files downloaded and verified against its tags."""
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,6 +99,20 @@ def move_challenger(client: MlflowClient, name: str, version: str, partition: st
         return False
     client.set_registered_model_alias(name, CHALLENGER, str(version))
     return True
+
+
+def run_json(client: MlflowClient, run_id: str | None, path: str) -> dict | None:
+    """A JSON artifact of an MLflow run (the evaluation report, the trainer config), or None when the
+    run lacks it or there is no run (a version registered by hand, outside the pipeline)."""
+    from mlflow.exceptions import MlflowException
+
+    if not run_id:
+        return None
+    with tempfile.TemporaryDirectory(prefix="ml_assets-run-") as tmp:
+        try:
+            return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_bytes())
+        except (MlflowException, OSError):
+            return None
 
 
 def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:

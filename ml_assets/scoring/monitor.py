@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ import numpy as np
 import polars as pl
 
 from ml_assets import registry
+from ml_assets.defs.common import read_parquet
 from ml_assets.defs.features.day import day_tables
 from ml_assets.evaluation import metrics as M
 from ml_assets.evaluation.bootstrap import bootstrap_ci
@@ -55,8 +55,7 @@ REFERENCE_ROWS = 50_000
 
 def labels(spec: ModelSpec, store: VersionStore, snapshot: SnapshotRecord, day: dt.date) -> pl.DataFrame:
     """The day's keys and labels (null where not known yet), from its published rows."""
-    rows = pl.read_parquet(io.BytesIO(store.get_object(snapshot.repository, snapshot.commit,
-                                                       Layout.of(spec).rows_path(day))))
+    rows = read_parquet(store.get_object(snapshot.repository, snapshot.commit, Layout.of(spec).rows_path(day)))
     return rows.select(*spec.data_schema.keys, target_expr(spec).alias(LABEL))
 
 
@@ -155,7 +154,7 @@ def live_metrics(spec: ModelSpec, scored: pl.DataFrame, day_labels: pl.DataFrame
 def drift(spec: ModelSpec, champion, scored: pl.DataFrame, today: pl.DataFrame) -> Drift:
     """The day's predictions and features against the champion's training window."""
     cfg, task = spec.monitoring, spec.target.task
-    reference = pl.concat([pl.read_parquet(io.BytesIO(read_verified(ref["uri"], ref["sha256"])))
+    reference = pl.concat([read_parquet(read_verified(ref["uri"], ref["sha256"]))
                            for ref in champion.meta["train_files"]], how="diagonal_relaxed")
     if reference.height > REFERENCE_ROWS:
         reference = reference.sample(REFERENCE_ROWS, seed=0)
@@ -201,7 +200,7 @@ def monitor_day(spec: ModelSpec, day: dt.date, store: VersionStore, client, pred
     champion = registry.load_version(client, mv)
     gate = VersionTags.from_tags(mv.tags).gate
     threshold = float(gate.decision_threshold) if gate and gate.decision_threshold else None
-    scored = pl.read_parquet(io.BytesIO(read_verified(predictions.uri, predictions.sha256)))
+    scored = read_parquet(read_verified(predictions.uri, predictions.sha256))
     day_labels = labels(spec, store, snapshot, day) if spec.data_schema.keys else None
     live = live_metrics(spec, scored, day_labels, threshold, day)
     inputs = day_tables(spec, store, predictions.repository, predictions.data_commit, day)

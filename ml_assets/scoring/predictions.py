@@ -11,6 +11,7 @@ data writes the same bytes to the same name, and a file found on its own can be 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 from collections.abc import Callable, Mapping
@@ -107,7 +108,7 @@ def score_day(spec: ModelSpec, day: dt.date, store: VersionStore, artifacts, cli
     if (previous is not None and previous.model_version == str(mv.version)
             and previous.weights_sha256 == tags.checkpoint_sha256 and previous.data_commit == snapshot.commit):
         log(f"predictions {day}: version {mv.version} already scored commit {snapshot.commit[:12]}; nothing new")
-        return PredictionsRecord(**{**previous.__dict__, "reused": True})
+        return dataclasses.replace(previous, reused=True)
     try:
         loaded = registry.load_version(client, mv)
     except (registry.RegistryError, ValueError) as exc:
