@@ -113,7 +113,8 @@ class TrainConfig:
     early_stopping_min_delta: float = 0.0
     seed: int = 0
     deterministic: bool = False
-    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs (and resumes) on CPU."""
+    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs (and resumes), on CPU and CUDA
+    (where the trainer sets CUBLAS_WORKSPACE_CONFIG for cuBLAS)."""
     max_steps: int = 0
     """Stop after this many optimizer steps in all (0: run every epoch)."""
     data_mode: str = "memory"

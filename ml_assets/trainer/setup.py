@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,6 +49,11 @@ class TrainerSetup:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         if cfg.deterministic:
+            if rt.device.type == "cuda":
+                # cuBLAS picks reduction orders per stream workspace unless told a fixed one; torch
+                # refuses its matmuls under deterministic algorithms without this (read when this
+                # process's first cuBLAS handle is made, which is after this point).
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
         torch.manual_seed(cfg.seed)
         self.state = read_state(cfg.feature_state)
