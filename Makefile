@@ -32,7 +32,7 @@ help:
 	@echo "make dev          Dagster UI on http://127.0.0.1:3000 against $(ML_ASSETS_HOME)"
 	@echo "make mlflow-ui    MLflow UI on http://127.0.0.1:5000 against the same home"
 	@echo "make materialize DAY=YYYY-MM-DD   one more day of $(MODEL) through the dagster CLI"
-	@echo "make production-instance   deploy/production/dagster.yaml into DAGSTER_HOME (docs/deployment.md)"
+	@echo "make production-instance   ml_assets/instance/production.yaml into DAGSTER_HOME (docs/deployment.md)"
 	@echo "make lint         ruff"
 	@echo "make clean        remove .venv and the local home"
 
@@ -46,9 +46,9 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+$(DAGSTER_HOME)/dagster.yaml: ml_assets/instance/local.yaml
 	mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $@
+	cp ml_assets/instance/local.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(WITH_MODELS) $(BIN)/ml-assets demo --model $(MODEL) $(if $(DAY),--day $(DAY),)
@@ -73,7 +73,7 @@ materialize: install $(DAGSTER_HOME)/dagster.yaml
 production-instance:
 	@test "$(ML_ASSETS_ENV)" = production || (echo "set ML_ASSETS_ENV=production and DAGSTER_HOME first (docs/deployment.md)" && exit 2)
 	mkdir -p $(DAGSTER_HOME)
-	cp deploy/production/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	cp ml_assets/instance/production.yaml $(DAGSTER_HOME)/dagster.yaml
 	@echo "$(DAGSTER_HOME)/dagster.yaml written; next: .venv/bin/dagster instance migrate"
 
 lint: install

@@ -5,7 +5,7 @@ queues runs on the production instance.
 
 Needs PostgreSQL (ML_ASSETS_TEST_POSTGRES_URL; .ci/run sets it). Everything is the production
 configuration of docs/deployment.md on loopback: Dagster's instance on a fresh PostgreSQL database
-(deploy/production/dagster.yaml), ``ml-assets mlflow-server`` on another, artifacts and checkpoints
+(ml_assets/instance/production.yaml), ``ml-assets mlflow-server`` on another, artifacts and checkpoints
 as ``file://`` URLs through the same fsspec code as S3 and the steps' compute logs on local disk
 (so object-store latency, the same in both paths, is left out).
 
@@ -70,11 +70,13 @@ import dagster as dg
 import yaml
 
 from benchmarks._processes import free_port
-from ml_assets.definitions import build_definitions, local_resources
+from ml_assets.definitions import build_definitions
 from ml_assets.defs.common import STAGES, asset_key
 from ml_assets.defs.model import BUILDERS
 from ml_assets.deploy.run_launcher import DUMP_STACKS, WORKER_PRELOAD
+from ml_assets.instance import PRODUCTION_INSTANCE
 from ml_assets.model_files import load_all_model_specs
+from ml_assets.platform import local_resources
 from ml_assets.records.runs import PID_TAG
 from ml_assets.resources import TorchrunLauncher
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
@@ -267,9 +269,9 @@ def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str, timeout: 
 
 
 def production_instance() -> dict:
-    """deploy/production/dagster.yaml, its compute logs kept on local disk (under DAGSTER_HOME) instead
+    """ml_assets/instance/production.yaml, its compute logs kept on local disk (under DAGSTER_HOME) instead
     of S3: object-store latency is left out here, as for the artifacts and checkpoints."""
-    config = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    config = yaml.safe_load(PRODUCTION_INSTANCE.read_text())
     config.pop("compute_logs")
     return config
 

@@ -1,6 +1,7 @@
 """``ml-assets``: the project's command line.
 
-    ml-assets demo [--model flights_delay] [--day 2013-03-15]   run the main job on embedded defaults
+    ml-assets demo [--model flights_delay] [--day 2013-03-15]   the bundled demo, on embedded defaults
+    ml-assets backfill MODEL --start D --end D [--force]        ingest, validate and featurize a window of days
     ml-assets lineage MODEL [--version N | --alias A | --partition D | --predictions FILE] [--json]
                                                                 walk a model back to its source bytes
     ml-assets replay-checks MODEL --start D --end D [--json] [--ignore-waivers]
@@ -12,6 +13,11 @@
                                                                 the version's model card, from its records
     ml-assets reproduce MODEL --version N [--registered-code]    retrain from the records; compare weights
     ml-assets paths                                             where the local home keeps everything
+    ml-assets schema [--output DIR]                             the spec's JSON schemas, for editors
+    ml-assets instance [--production] [--force]                 the package's dagster.yaml into DAGSTER_HOME
+
+Inside a Dagster project (a pyproject.toml with [tool.dg]), MODEL is one of its model components and
+the home is the project's; ML_ASSETS_MODELS_DIR names a directory of specs instead.
 
 Exit codes: 0 done, 1 refused or failed (the message says why), 2 bad model name, version or input.
 """
@@ -21,26 +27,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import shutil
 import sys
 from pathlib import Path
 
-from ml_assets.settings import PACKAGE_DIR, Settings, SettingsError, load_settings
-
-
-def prepare_home(settings: Settings) -> None:
-    """Create the home and point Dagster at it (DAGSTER_HOME), with the repository's dagster.yaml."""
-    from ml_assets import sources
-
-    sources.use_cache(settings.home / "cache")
-    settings.dagster_home.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("DAGSTER_HOME", str(settings.dagster_home))
-    target = settings.dagster_home / "dagster.yaml"
-    source = PACKAGE_DIR.parent / "dagster.yaml"
-    if not target.exists() and source.exists():
-        shutil.copyfile(source, target)
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+from ml_assets.project import ProjectError
+from ml_assets.runs import prepare_home
+from ml_assets.settings import Settings, SettingsError, load_settings
 
 
 def version_store(settings: Settings):
@@ -85,12 +77,12 @@ def lineage(model: str, version: str | None, alias: str | None, partition: str |
 def _object_paths(settings: Settings, model: str):
     """The day's object paths from the spec, or None (the store is listed) when the spec is gone."""
     from ml_assets.layout import Layout
-    from ml_assets.model_files import load_model_spec
+    from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
     from ml_assets.spec import SpecError
 
     try:
-        spec = load_model_spec(settings.models_dirs, check_model_name(model))
+        spec = load_declared_spec(settings, check_model_name(model))
     except (SpecError, InvalidName):
         return None
     return lambda day: list(Layout.of(spec).object_paths(dt.date.fromisoformat(day)).values())
@@ -101,7 +93,8 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     import json
 
     from ml_assets import sources
-    from ml_assets.model_files import load_model_spec
+    from ml_assets.model_files import load_declared_spec
+    from ml_assets.names import InvalidName, check_model_name
     from ml_assets.sources import SourceError
     from ml_assets.spec import SpecError
     from ml_assets.validation.replay import replay
@@ -109,11 +102,11 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     settings = load_settings()
     sources.use_cache(settings.home / "cache")
     try:
-        spec = load_model_spec(settings.models_dirs, model)
+        spec = load_declared_spec(settings, check_model_name(model))
         first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
         if last < first:
             raise ValueError(f"--end {last} is before --start {first}")
-    except (SpecError, ValueError) as exc:
+    except (SpecError, InvalidName, ValueError) as exc:
         print(f"ml-assets replay-checks: {exc}", file=sys.stderr)
         return 2
     verdicts = []
@@ -166,14 +159,13 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     import getpass
 
     from ml_assets import registry
-    from ml_assets.model_files import load_model_spec
+    from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
     from ml_assets.spec import SpecError
 
     settings = load_settings()
     try:
-        check_model_name(model)
-        spec = load_model_spec(settings.models_dirs, model)
+        spec = load_declared_spec(settings, check_model_name(model))
         if not reason.strip():
             raise ValueError("--reason must say why (it goes into the audit record)")
         if version is not None:
@@ -183,12 +175,12 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     prepare_home(settings)
     import dagster as dg
 
-    import ml_assets
     from ml_assets.defs.common import asset_key
     from ml_assets.promotion.assets import promotion_run_config
     from ml_assets.records import PromotionRecord
+    from ml_assets.runs import model_defs, report_failure
 
-    job = ml_assets.code_location.resolve_job_def(f"{spec.name}_promote")
+    job = model_defs(settings, spec).resolve_job_def(f"{spec.name}_promote")
     actor = f"cli {getpass.getuser()}"
     result = job.execute_in_process(
         run_config=promotion_run_config(spec, command, version or "", reason, actor),
@@ -196,11 +188,7 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
         tags={"ml_assets/model": spec.name, "ml_assets/promotion": command},
     )
     if not result.success:
-        for event in result.all_events:
-            if event.is_failure and event.step_key:
-                print(f"ml-assets {command}: {event.step_failure_data.error.message.strip()}"
-                      if event.step_failure_data and event.step_failure_data.error else event.message, file=sys.stderr)
-        return 1
+        return report_failure(result, f"of {spec.name}_promote", f"ml-assets {command}")
     materialization = result.asset_materializations_for_node(asset_key(spec, "production_model").to_python_identifier())[-1]
     done = PromotionRecord.from_metadata(materialization.metadata)
     print(f"{spec.name}: @champion is version {done.champion_version} ({done.outcome}: {done.decision}; "
@@ -229,14 +217,14 @@ def audit(model: str, version: str | None, fmt: str) -> int:
 def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
     """Print (or write) a version's model card, built from its records now; 2 on a bad model or version."""
     from ml_assets import cards, promotion, registry
-    from ml_assets.model_files import load_model_spec
+    from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
     from ml_assets.spec import SpecError
 
     settings = load_settings()
     client = _client(settings)
     try:
-        spec = load_model_spec(settings.models_dirs, check_model_name(model))
+        spec = load_declared_spec(settings, check_model_name(model))
         if version is None:
             found = (registry.by_alias(client, model, registry.CHAMPION)
                      or registry.by_alias(client, model, registry.CHALLENGER))
@@ -283,11 +271,57 @@ def paths() -> int:
     from ml_assets.settings import public_url
 
     print(f"{'environment':20} {settings.environment}")
-    for name in ("home", "dagster_home", "version_store_root", "artifacts_location", "checkpoints_location"):
+    print(f"{'project':20} {settings.project.root if settings.project else '(none: not inside a Dagster project)'}")
+    print(f"{'home':20} {settings.home}")
+    print(f"{'dagster_home':20} {os.environ.get('DAGSTER_HOME') or settings.dagster_home}"
+          + ("" if os.environ.get("DAGSTER_HOME") else "  (used by ml-assets; export DAGSTER_HOME for dg and dagster)"))
+    for name in ("version_store_root", "artifacts_location", "checkpoints_location"):
         print(f"{name:20} {getattr(settings, name)}")
     if settings.objects_url:
         print(f"{'objects_url':20} {settings.objects_url}")
     print(f"{'mlflow_tracking_uri':20} {public_url(settings.mlflow_tracking_uri)}")
+    return 0
+
+
+def backfill(model: str, start: str, end: str, force: bool) -> int:
+    from ml_assets import runs
+    from ml_assets.model_files import load_declared_spec
+    from ml_assets.names import InvalidName, check_model_name
+    from ml_assets.spec import SpecError
+
+    settings = load_settings()
+    try:
+        spec = load_declared_spec(settings, check_model_name(model))
+        return runs.backfill(settings, spec, dt.date.fromisoformat(start), dt.date.fromisoformat(end), force)
+    except (SpecError, InvalidName, ValueError) as exc:
+        return _bad("backfill", str(exc))
+
+
+def schema(output: str | None) -> int:
+    from ml_assets.spec_schema import write
+
+    settings = load_settings()
+    base = settings.project.root if settings.project else Path.cwd()
+    for path in write(Path(output) if output else base / "schema"):
+        print(f"wrote {path}")
+    print("Point a spec at it with its first line, e.g. `# yaml-language-server: $schema=<relative path>/"
+          "model-component.schema.json` (docs/components.md)")
+    return 0
+
+
+def instance(production: bool, force: bool) -> int:
+    """Write the package's Dagster instance configuration to $DAGSTER_HOME/dagster.yaml."""
+    from ml_assets.instance import LOCAL_INSTANCE, PRODUCTION_INSTANCE
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return _bad("instance", "DAGSTER_HOME is not set: export it first (the folder Dagster keeps its runs in)")
+    target = Path(home) / "dagster.yaml"
+    if target.exists() and not force:
+        return _bad("instance", f"{target} exists: --force replaces it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes((PRODUCTION_INSTANCE if production else LOCAL_INSTANCE).read_bytes())
+    print(f"wrote {target}" + ("; next: dagster instance migrate (docs/deployment.md)" if production else ""))
     return 0
 
 
@@ -297,6 +331,12 @@ def main(argv: list[str] | None = None) -> None:
     run = sub.add_parser("demo", help="materialize the bundled model for a short window of days")
     run.add_argument("--model", default="flights_delay")
     run.add_argument("--day", help="the partition to train (default: the first day with a full window)")
+    fill = sub.add_parser("backfill", help="ingest, validate and featurize a window of days (one run per day, "
+                          "in this process); days already published are skipped")
+    fill.add_argument("model")
+    fill.add_argument("--start", required=True, help="first day (YYYY-MM-DD)")
+    fill.add_argument("--end", required=True, help="last day (YYYY-MM-DD)")
+    fill.add_argument("--force", action="store_true", help="run the days already published again")
     trace = sub.add_parser("lineage", help="walk a registered model back to the bytes it learned from")
     trace.add_argument("model")
     which = trace.add_mutually_exclusive_group()
@@ -335,6 +375,11 @@ def main(argv: list[str] | None = None) -> None:
     rep.add_argument("--registered-code", action="store_true",
                      help="a model factory's code: the copy registered with the version, not its recorded directory")
     sub.add_parser("paths", help="print where the local home keeps everything")
+    sch = sub.add_parser("schema", help="write the spec's JSON schemas (for editors) to a folder")
+    sch.add_argument("--output", help="the folder (default: schema/ in the project, else here)")
+    ins = sub.add_parser("instance", help="write the package's Dagster instance configuration to $DAGSTER_HOME")
+    ins.add_argument("--production", action="store_true", help="the production instance (PostgreSQL, run queue)")
+    ins.add_argument("--force", action="store_true", help="replace an existing dagster.yaml")
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=5000)
@@ -344,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         _dispatch(args)
-    except SettingsError as exc:  # a bad environment: one line naming the variable, not a traceback
+    except (SettingsError, ProjectError) as exc:  # a bad environment: one line naming the variable, not a traceback
         print(f"ml-assets: {exc}", file=sys.stderr)
         sys.exit(2)
 
@@ -370,6 +415,12 @@ def _dispatch(args: argparse.Namespace) -> None:
         sys.exit(demo(args.model, args.day))
     if args.command == "lineage":
         sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json, args.predictions))
+    if args.command == "backfill":
+        sys.exit(backfill(args.model, args.start, args.end, args.force))
+    if args.command == "schema":
+        sys.exit(schema(args.output))
+    if args.command == "instance":
+        sys.exit(instance(args.production, args.force))
     sys.exit(paths())
 
 

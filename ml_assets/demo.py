@@ -6,15 +6,14 @@ stage, one tick of the promotion sensor runs, and a summary says where to look n
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import sys
+import os
+import shlex
 import time
 
-from ml_assets.cli import prepare_home
-from ml_assets.settings import Settings, load_settings
-
-INGEST_STAGES = ("raw_data", "validated_snapshot", "features")
-LOG_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+from ml_assets.runs import INGEST_STAGES, LOG_INFO, model_defs, prepare_home, report_failure
+from ml_assets.settings import BUNDLED_MODELS_DIR, Settings, load_settings
 
 
 def _say(message: str) -> None:
@@ -23,10 +22,11 @@ def _say(message: str) -> None:
 
 def demo(model: str, day: str | None) -> int:
     settings = load_settings()
+    if not settings.models_dirs:  # the demo's models are the bundled ones, wherever it runs
+        settings = dataclasses.replace(settings, models_dirs=(BUNDLED_MODELS_DIR,))
     prepare_home(settings)
     import dagster as dg
 
-    import ml_assets
     from ml_assets.defs.common import asset_key
     from ml_assets.model_files import load_model_spec
 
@@ -36,7 +36,8 @@ def demo(model: str, day: str | None) -> int:
     target = dt.date.fromisoformat(day) if day else spec.partitioning.start + dt.timedelta(days=before)
     days = [target - dt.timedelta(days=before - i) for i in range(before)]
     instance = dg.DagsterInstance.get()
-    job = ml_assets.code_location.resolve_job_def(f"{spec.name}_daily")
+    defs = model_defs(settings, spec)
+    job = defs.resolve_job_def(f"{spec.name}_daily")
     started = time.perf_counter()
     _say(f"ml_assets demo: model {spec.name}, home {settings.home}")
     tests = spec.evaluation.test_days
@@ -52,27 +53,26 @@ def demo(model: str, day: str | None) -> int:
             asset_selection=[asset_key(spec, s) for s in INGEST_STAGES],
         )
         if not result.success:
-            return _failed(result, current)
+            return report_failure(result, f"for {current}", "ml-assets demo")
     _say(f"[{len(days) + 1}/{len(days) + 1}] {target}: all stages (ingest, train, evaluate, register)")
     result = job.execute_in_process(partition_key=target.isoformat(), instance=instance, run_config=LOG_INFO,
                                     raise_on_error=False)
     if not result.success:
-        return _gate_blocked(instance, spec, target) if _only_the_gate(result, spec) else _failed(result, target)
+        if _only_the_gate(result, spec):
+            return _gate_blocked(instance, spec, target, settings)
+        return report_failure(result, f"for {target}", "ml-assets demo")
     _say(f"promotion: one tick of {spec.name}_promotion_sensor (what the Dagster daemon runs every minute)")
-    status = promote_by_sensor(instance, spec)
+    status = promote_by_sensor(instance, spec, defs)
     if status:
         return status
     _summary(instance, spec, target, settings, time.perf_counter() - started)
     return 0
 
 
-def promote_by_sensor(instance, spec) -> int:
+def promote_by_sensor(instance, spec, defs) -> int:
     """Evaluate the promotion sensor once and run what it asks for, in this process."""
     import dagster as dg
 
-    import ml_assets
-
-    defs = ml_assets.code_location
     sensor = defs.resolve_sensor_def(f"{spec.name}_promotion_sensor")
     context = dg.build_sensor_context(instance=instance, resources={"tracking": defs.resources["tracking"]})
     tick = sensor.evaluate_tick(context)
@@ -84,17 +84,8 @@ def promote_by_sensor(instance, spec) -> int:
         result = job.execute_in_process(run_config={**request.run_config, **LOG_INFO}, instance=instance,
                                         tags=request.tags, raise_on_error=False)
         if not result.success:
-            return _failed(result, None)
+            return report_failure(result, f"of {spec.name}_promote", "ml-assets demo")
     return 0
-
-
-def _failed(result, day: dt.date | None) -> int:
-    what = f" for {day}" if day else ""
-    for event in result.all_events:
-        if event.is_failure and event.step_key:
-            print(f"\nFAILED {event.step_key}{what}: {event.message}", file=sys.stderr)
-    print(f"The run{what} failed; see the messages above (or `make dev` and the run in the UI).", file=sys.stderr)
-    return 1
 
 
 def _only_the_gate(result, spec) -> bool:
@@ -105,7 +96,7 @@ def _only_the_gate(result, spec) -> bool:
         and "promotion_gate" in event.step_failure_data.error.message for event in failures)
 
 
-def _gate_blocked(instance, spec, target: dt.date) -> int:
+def _gate_blocked(instance, spec, target: dt.date, settings: Settings) -> int:
     """The evaluation's verdict when the gate said no: a designed outcome, not a failure of the run."""
     from ml_assets.defs.common import asset_key
     from ml_assets.records import EvaluationRecord, latest
@@ -118,7 +109,7 @@ def _gate_blocked(instance, spec, target: dt.date) -> int:
     promotion gate     FAILED: {report.gate_reason}
 
     The evaluation report (metrics, intervals, slices, the champion's and baselines' figures) is the
-    {spec.name}/evaluation_report asset: make dev, then Assets -> {spec.name}.
+    {spec.name}/evaluation_report asset: {Hints.of(settings).dagster_ui}, then Assets -> {spec.name}.
 """, flush=True)
     return 0
 
@@ -139,6 +130,7 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     alias = f" (alias @{registered.alias})" if registered.alias else ""
     champion = (f"version {production.champion_version} ({production.decision} by {production.actor}: "
                 f"{production.reason[:90]})") if production else "none yet"
+    hints = Hints.of(settings)
     _say(f"done in {seconds:.0f} s")
     print(f"""
     registered model   {registered.model_name} version {registered.model_version}{alias}
@@ -150,13 +142,42 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
     @champion          {champion}
     MLflow run         {registered.mlflow_run_id}
 
-    The champion's audit (evidence, data checks, promotions, pins):  .venv/bin/ml-assets audit {spec.name}
-    Its model card (add --format html --output card.html for one page with the plots):  .venv/bin/ml-assets card {spec.name}
-    Rebuild it from its records and compare the weights:  .venv/bin/ml-assets reproduce {spec.name} --version {production.champion_version if production else registered.model_version}
+{hints.setup}    The champion's audit (evidence, data checks, promotions, pins):  {hints.cli} audit {spec.name}
+    Its model card (add --format html --output card.html for one page with the plots):  {hints.cli} card {spec.name}
+    Rebuild it from its records and compare the weights:  {hints.cli} reproduce {spec.name} --version {production.champion_version if production else registered.model_version}
 
-    Dagster UI:  make dev         then open http://127.0.0.1:3000  (Assets -> {spec.name}: the lineage and its metadata)
-    MLflow UI:   make mlflow-ui   then open http://127.0.0.1:5000  (Models -> {spec.name})
+    Dagster UI:  {hints.dagster_ui}   then open http://127.0.0.1:3000  (Assets -> {spec.name}: the lineage and its metadata)
+    MLflow UI:   {hints.mlflow_ui}   then open http://127.0.0.1:5000  (Models -> {spec.name})
     One more day on its own, through the Dagster CLI:
-      make materialize DAY={(target + dt.timedelta(days=1)).isoformat()}
+      {hints.materialize(spec.name, target + dt.timedelta(days=1))}
     Everything written lives under {settings.home}
 """, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hints:
+    """The commands to run next, as they exist where the demo ran: this checkout's make targets and
+    venv, or the installed package's commands with the variables that find the demo's home."""
+
+    cli: str
+    dagster_ui: str
+    mlflow_ui: str
+    setup: str
+    checkout: bool
+
+    @classmethod
+    def of(cls, settings: Settings) -> Hints:
+        if settings.project is not None and settings.project.is_this_checkout:
+            return cls(cli=".venv/bin/ml-assets", dagster_ui="make dev", mlflow_ui="make mlflow-ui", setup="",
+                       checkout=True)
+        variables = {"ML_ASSETS_MODELS_DIR": os.pathsep.join(str(p) for p in settings.models_dirs),
+                     "ML_ASSETS_HOME": str(settings.home), "DAGSTER_HOME": os.environ["DAGSTER_HOME"]}
+        export = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in variables.items())
+        return cls(cli="ml-assets", dagster_ui="dagster dev -m ml_assets",
+                   mlflow_ui=f"mlflow ui --backend-store-uri {shlex.quote(settings.mlflow_tracking_uri)}",
+                   setup=f"    In a new shell, first:  {export}\n", checkout=False)
+
+    def materialize(self, model: str, day: dt.date) -> str:
+        if self.checkout:
+            return f"make materialize DAY={day.isoformat()}"
+        return f"dagster asset materialize -m ml_assets --select 'group:{model}' --partition {day.isoformat()}"

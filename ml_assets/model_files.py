@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ml_assets.project import COMPONENT_FILES, COMPONENT_TYPE, model_component_files
+from ml_assets.settings import Settings
 from ml_assets.spec import ModelSpec, SpecError, load_spec, load_specs
 from ml_assets.spec.loading import read_yaml, spec_from_data
 
-COMPONENT_TYPE = "ml_assets.components.ModelComponent"
-COMPONENT_FILES = ("defs.yaml", "defs.yml")
 SPEC_SUFFIXES = (".yaml", ".yml")
 
 
@@ -42,6 +42,48 @@ def spec_from_attributes(attributes: object, path: Path) -> ModelSpec:
     return spec_from_data(dict(attributes), path, path.parent.name, "folder name")
 
 
+def render_templates(value: object, resolution: object, path: Path) -> object:
+    """dg's templates in a component's attributes (``{{ context.project_root }}/data/{date}.csv``,
+    ``{{ env.BUCKET }}``), rendered by dg's ``resolution`` context as dg renders a component's:
+    only the strings that hold one, so that no other value becomes a number, as dg's native
+    rendering would make of "2013"."""
+    def render(item: object) -> object:
+        if isinstance(item, str):
+            if "{{" not in item and "{%" not in item:
+                return item
+            try:
+                return resolution.resolve_value(item)
+            except Exception as exc:  # dg's ResolutionException: the template and why, in its words
+                raise SpecError(f"{path}: the template {item!r} cannot be rendered: {exc}") from None
+        if isinstance(item, dict):
+            return {key: render(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [render(inner) for inner in item]
+        return item
+
+    return render(value)
+
+
+class _ProjectScope:
+    """``{{ context.project_root }}`` outside dg (the CLI), as dg's LoadContextScope gives it."""
+
+    def __init__(self, root: Path) -> None:
+        self.project_root = str(root.resolve())
+
+
+def _rendered(attributes: object, path: Path) -> object:
+    """A component file's attributes with dg's templates rendered, as dg would when loading it."""
+    if "{{" not in repr(attributes) and "{%" not in repr(attributes):
+        return attributes  # dagster is imported only for a file that needs it
+    from dagster.components.resolved.context import ResolutionContext
+
+    from ml_assets.project import find_project
+
+    project = find_project(path.parent)
+    scope = {"context": _ProjectScope(project.root)} if project else {}
+    return render_templates(attributes, ResolutionContext.default().with_scope(**scope), path)
+
+
 def _component_document(path: Path) -> dict:
     try:
         data = read_yaml(path.read_text(encoding="utf-8"), path)
@@ -61,12 +103,13 @@ def load_component_spec(path: Path) -> ModelSpec:
     extra = sorted(set(data) - {"type", "attributes"})
     if extra:
         raise SpecError(f"{path}: {extra[0]}: a model's component file holds only type and attributes")
-    return spec_from_attributes(data.get("attributes"), path)
+    return spec_from_attributes(_rendered(data.get("attributes"), path), path)
 
 
-def _declared_names(models_dir: Path, components: list[Path]) -> None:
+def _declared_names(models_dir: Path, components: list[Path], plain: bool = True) -> None:
     seen: dict[str, Path] = {}
-    for path, name in [*((p, p.stem) for p in spec_files(models_dir)), *((p, p.parent.name) for p in components)]:
+    specs = spec_files(models_dir) if plain else []
+    for path, name in [*((p, p.stem) for p in specs), *((p, p.parent.name) for p in components)]:
         if name in seen:
             raise SpecError(f"{path}: name: model {name!r} is also declared by {seen[name]}; keep one of them")
         seen[name] = path
@@ -127,3 +170,46 @@ def check_rivals(specs: Sequence[ModelSpec]) -> None:
         if (mine.name, mine.task, mine.classes) != (theirs.name, theirs.task, theirs.classes):
             raise SpecError(f"{where} predicts {theirs.name} ({theirs.task}), this model {mine.name} ({mine.task}): "
                             "their metrics cannot be compared")
+
+
+NO_MODELS = ("no models are declared here: in a Dagster project, scaffold one with `dg scaffold defs "
+             "ml_assets.components.ModelComponent <name>` and run ml-assets from the project's folder; "
+             "elsewhere set ML_ASSETS_MODELS_DIR to a directory of specs")
+
+
+def load_project_specs(defs_dir: Path) -> list[ModelSpec]:
+    """The models a Dagster project declares: its defs folder's ModelComponent files (its other
+    components are not models); a name declared twice is refused, naming both files."""
+    files = model_component_files(defs_dir)
+    _declared_names(defs_dir, files, plain=False)
+    return sorted((load_component_spec(p) for p in files), key=lambda spec: spec.name)
+
+
+def load_declared_specs(settings: Settings) -> list[ModelSpec]:
+    """Every model the settings point at: ML_ASSETS_MODELS_DIR, else the project's components (this
+    checkout's project: the bundled models)."""
+    if settings.models_dirs:
+        return load_all_model_specs(settings.models_dirs)
+    if settings.project is not None:
+        specs = load_project_specs(settings.project.defs_dir)
+        if specs:
+            check_rivals(specs)
+            return specs
+        raise SpecError(f"{settings.project.defs_dir}: {NO_MODELS}")
+    raise SpecError(NO_MODELS)
+
+
+def load_declared_spec(settings: Settings, name: str) -> ModelSpec:
+    """Model ``name``'s spec, wherever the settings say models are declared."""
+    if settings.models_dirs:
+        return load_model_spec(settings.models_dirs, name)
+    if settings.project is None:
+        raise SpecError(NO_MODELS)
+    files = [p for p in model_component_files(settings.project.defs_dir) if p.parent.name == name]
+    if not files:
+        declared = sorted(p.parent.name for p in model_component_files(settings.project.defs_dir))
+        raise SpecError(f"{settings.project.defs_dir}: no model {name!r} is declared in this project "
+                        f"(declared: {', '.join(declared) or 'none'})")
+    if len(files) > 1:
+        raise SpecError(f"{files[1]}: name: model {name!r} is also declared by {files[0]}; keep one of them")
+    return load_component_spec(files[0])

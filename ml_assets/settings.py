@@ -18,16 +18,23 @@ Read from the environment when definitions are built (never at import time):
   ``ML_ASSETS_MAX_CONCURRENT_STEPS`` (the multiprocess executor's limit when it is chosen, default 4),
   ``ML_ASSETS_ALERT_WEBHOOK_URL`` (run-failure alerts; read at each tick, never stored) and
   ``ML_ASSETS_ALERT_INTERVAL_SECONDS`` (how often the alert sensor looks, default 30). The Dagster instance itself is configured by
-  ``$DAGSTER_HOME/dagster.yaml`` (``deploy/production/dagster.yaml``).
+  ``$DAGSTER_HOME/dagster.yaml`` (``ml_assets/instance/production.yaml``).
 - ``ML_ASSETS_EXECUTOR``: how a run executes its steps, in either environment: ``in_process``
   (default: one run worker process runs the steps in order; the training step's ranks are torchrun
   processes anyway) or ``multiprocess`` (a process per step, forked from a server that imported the
   code and libraries once per run; ``ML_ASSETS_MAX_CONCURRENT_STEPS`` at once). benchmarks/orchestration
   measures the default.
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
-  in the checkout, or in the working directory when the package is installed elsewhere).
-- ``ML_ASSETS_MODELS_DIR``: the directory of model specs (default: the bundled ``models/``), or
-  several separated by ``:`` (``make demo MODEL=flights_delay_ft`` adds ``examples/ft_transformer``).
+  in the project's root: the Dagster project a model component belongs to or the command runs in,
+  this checkout, else the working directory). A relative value is taken from the project's root.
+- ``ML_ASSETS_MODELS_DIR``: a directory of model specs, or several separated by ``:``, for the code
+  location ``-m ml_assets`` and the CLI (``make demo MODEL=flights_delay_ft`` adds
+  ``examples/ft_transformer``). Unset: the project's model components (a Dagster project's defs
+  folder), or the bundled ``models/`` in this checkout; elsewhere none, and the message says how to
+  declare one.
+
+Inside a Dagster project (ml_assets.project), the variables may also be set in the project's
+``.env``, as ``dg dev`` reads it; the process's own environment wins over that file.
 - ``ML_ASSETS_VERSION_STORE``: ``local`` (default, the embedded store under the home) or ``lakefs``
   (then ``LAKEFS_ENDPOINT``, ``LAKEFS_ACCESS_KEY_ID``, ``LAKEFS_SECRET_ACCESS_KEY`` and
   ``LAKEFS_STORAGE_NAMESPACE`` are read from the environment when a run needs them).
@@ -40,8 +47,11 @@ Read from the environment when definitions are built (never at import time):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from ml_assets.project import DgProject, find_project, project_at
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
@@ -54,10 +64,20 @@ EXECUTORS = ("in_process", "multiprocess")
 LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
 
-def _default_home() -> Path:
-    checkout = PACKAGE_DIR.parent
-    base = checkout if (checkout / "pyproject.toml").exists() else Path.cwd()
-    return base / ".ml_assets"
+def _project(project_root: Path | None) -> DgProject | None:
+    """The project settings belong to: the one given, else the one the working directory is in,
+    else this checkout (when the package runs from one)."""
+    if project_root is not None:
+        return project_at(project_root.resolve())
+    found = find_project()
+    if found is None:
+        checkout = project_at(PACKAGE_DIR.parent)
+        found = checkout if checkout is not None and checkout.is_this_checkout else None
+    return found
+
+
+def _paths(value: str, base: Path) -> list[Path]:
+    return [(base / Path(p).expanduser()).resolve() for p in value.split(os.pathsep) if p.strip()]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +85,10 @@ class Settings:
     environment: str
     home: Path
     models_dirs: tuple[Path, ...]
-    """Where model specs are declared, searched in order (a name declared in two of them is refused)."""
+    """Where model specs are declared, searched in order (a name declared in two of them is refused);
+    empty: the project's model components."""
+    project: DgProject | None = None
+    """The Dagster project these settings were read for (its .env, its root for relative paths)."""
     version_store: str = "local"
     # Production: service locations from the environment (None locally: everything under the home).
     tracking_uri: str | None = None
@@ -144,23 +167,33 @@ def public_url(url: str) -> str:
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        # Unchanged: rebuilt, ``sqlite:////abs/path`` would lose a slash (an empty host is dropped).
+        return url
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=host))
 
 
-def load_settings(environ: dict[str, str] | None = None) -> Settings:
-    env = os.environ if environ is None else environ
+def load_settings(environ: Mapping[str, str] | None = None, project_root: Path | None = None) -> Settings:
+    """The settings of ``environ`` (default: the process's environment over the project's ``.env``)
+    for the project at ``project_root`` (default: the one the working directory is in)."""
+    project = _project(project_root)
+    if environ is None:
+        environ = {**(project.env_file() if project else {}), **os.environ}
+    env = environ
+    base = project.root if project else Path.cwd()
     environment = env.get("ML_ASSETS_ENV", "local").strip() or "local"
     if environment not in ENVIRONMENTS:
         raise SettingsError(
             f"ML_ASSETS_ENV={environment!r} is not supported; expected one of {list(ENVIRONMENTS)} "
             "(docs/deployment.md, docs/kubernetes.md)"
         )
-    home = Path(env.get("ML_ASSETS_HOME") or _default_home()).expanduser().resolve()
-    models_dirs = tuple(Path(p).expanduser().resolve()
-                        for p in (env.get("ML_ASSETS_MODELS_DIR") or str(BUNDLED_MODELS_DIR)).split(os.pathsep) if p)
+    home = (base / Path(env.get("ML_ASSETS_HOME") or ".ml_assets").expanduser()).resolve()
+    models = env.get("ML_ASSETS_MODELS_DIR", "").strip()
+    models_dirs = tuple(_paths(models, base)) if models else (
+        (BUNDLED_MODELS_DIR,) if project is not None and project.is_this_checkout else ())
     version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
     if version_store not in VERSION_STORES:
         raise SettingsError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
@@ -174,8 +207,8 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
             raise SettingsError(f"{name}={value!r} is not a positive integer")
         counts[name] = int(value)
     if environment == "local":
-        return Settings(environment=environment, home=home, models_dirs=models_dirs, version_store=version_store,
-                        executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
+        return Settings(environment=environment, home=home, models_dirs=models_dirs, project=project,
+                        version_store=version_store, executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
     required = PRODUCTION_REQUIRED + (K8S_REQUIRED if environment == "k8s" else ())
     missing = [name for name in required if not env.get(name, "").strip()]
     if missing:
@@ -193,8 +226,8 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     for name, url in urls.items():
         if "://" not in url:
             raise SettingsError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
-    return Settings(environment=environment, home=home, models_dirs=models_dirs, version_store=version_store,
-                    tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
+    return Settings(environment=environment, home=home, models_dirs=models_dirs, project=project,
+                    version_store=version_store, tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
                     objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,
                     executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],

@@ -19,6 +19,7 @@ import fsspec
 import polars as pl
 
 from ml_assets.spec import ModelSpec, SourceSpec, TableSource
+from ml_assets.spec.source import written_as
 
 ROWS = "rows"
 
@@ -150,7 +151,8 @@ def _read_files(table: TableSource, day: dt.date, options: dict[str, str], where
     fs, _, paths = fsspec.get_fs_token_paths(pattern, storage_options=options or None)
     paths = sorted(p for p in paths if fs.isfile(p))
     if not paths:
-        raise SourceError(f"{where}: no {table.format} files match {pattern!r}")
+        raise SourceError(f"{where}: no {table.format} files match {pattern!r}{written_as(table.path)}"
+                          + _missing_folder(fs, pattern))
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     frames, hashes = [], {}
     for path in paths:
@@ -169,6 +171,13 @@ def _read_files(table: TableSource, day: dt.date, options: dict[str, str], where
         return pl.concat(frames, how="vertical"), hashes
     except pl.exceptions.PolarsError as exc:
         raise SourceError(f"{where}: files matching {pattern!r} have different columns or types: {exc}") from None
+
+
+def _missing_folder(fs, pattern: str) -> str:
+    """Where a pattern's fixed part stops existing, when it does: the usual cause of no match."""
+    fixed = pattern.split("*")[0].split("?")[0].split("[")[0]
+    folder = fixed if fixed.endswith("/") else os.path.dirname(fixed)
+    return f"; the folder {folder!r} does not exist" if folder and not fs.exists(folder) else ""
 
 
 def _storage_options(source: SourceSpec) -> dict[str, str]:

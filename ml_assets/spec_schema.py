@@ -1,8 +1,12 @@
 """The published JSON schemas of a model spec, so that an editor completes and checks its fields.
 
-    python -m ml_assets.spec_schema           # writes schema/model-spec.schema.json and
-                                              # schema/model-component.schema.json
-    python -m ml_assets.spec_schema --check   # exits 1 when a committed file is stale
+    ml-assets schema [--output DIR]           # writes DIR/model-spec.schema.json and
+                                              # DIR/model-component.schema.json (default DIR: schema)
+    python -m ml_assets.spec_schema           # this checkout: regenerates the package's copies
+    python -m ml_assets.spec_schema --check   # exits 1 when a packaged copy is stale
+
+The package carries both files (``ml_assets/schemas/``); they are generated here, and a test checks
+that the packaged copies are current.
 
 Both come from ModelSpec's own JSON schema: one for a plain ``<name>.yaml`` spec, one for a model's
 ``defs.yaml`` (the same fields under ``attributes``). A YAML file picks one with its first line,
@@ -20,11 +24,11 @@ from pathlib import Path
 from ml_assets.model_files import COMPONENT_TYPE
 from ml_assets.spec import ModelSpec
 
-SCHEMA_DIR = Path("schema")
-SPEC_SCHEMA = SCHEMA_DIR / "model-spec.schema.json"
-COMPONENT_SCHEMA = SCHEMA_DIR / "model-component.schema.json"
+SPEC_SCHEMA = Path("model-spec.schema.json")
+COMPONENT_SCHEMA = Path("model-component.schema.json")
+PACKAGED = Path(__file__).resolve().with_name("schemas")
+"""The copies the package carries (package data)."""
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def spec_schema() -> dict:
@@ -57,29 +61,39 @@ def component_schema() -> dict:
 
 
 def rendered() -> dict[Path, str]:
-    """Each published file (relative to the repository) and the text it should hold."""
+    """Each published file (its name) and the text it should hold."""
     return {path: json.dumps(schema, indent=2) + "\n"
             for path, schema in ((SPEC_SCHEMA, spec_schema()), (COMPONENT_SCHEMA, component_schema()))}
 
 
-def stale(root: Path = REPO) -> list[Path]:
+def stale(root: Path = PACKAGED) -> list[Path]:
     """The published files under ``root`` that differ from what ModelSpec gives now."""
     return [path for path, text in rendered().items()
             if not (root / path).is_file() or (root / path).read_text(encoding="utf-8") != text]
 
 
+def write(directory: Path) -> list[Path]:
+    """Write both schemas into ``directory`` (created if missing); returns the files written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in rendered().items():
+        (directory / name).write_text(text, encoding="utf-8")
+        written.append(directory / name)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ml_assets.spec_schema", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when a published schema is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a packaged schema is stale")
+    parser.add_argument("--output", type=Path, default=PACKAGED,
+                        help="the folder to write them to (default: the package's own copies)")
     args = parser.parse_args(argv)
     if args.check:
-        outdated = stale()
+        outdated = stale(args.output)
         for path in outdated:
-            print(f"{path} is stale: run python -m ml_assets.spec_schema", file=sys.stderr)
+            print(f"{args.output / path} is stale: run python -m ml_assets.spec_schema", file=sys.stderr)
         return 1 if outdated else 0
-    for path, text in rendered().items():
-        (REPO / path).parent.mkdir(exist_ok=True)
-        (REPO / path).write_text(text, encoding="utf-8")
+    for path in write(args.output):
         print(f"wrote {path}")
     return 0
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from benchmarks._processes import free_port  # noqa: F401 - a free TCP port on loopback, for a test's server
+from ml_assets.instance import LOCAL_INSTANCE
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.sources import _bundled_table
 
@@ -93,7 +94,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True)
-    (dagster_home / "dagster.yaml").write_text((BUNDLED_MODELS_DIR.parents[1] / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text(LOCAL_INSTANCE.read_text())
     monkeypatch.setenv("ML_ASSETS_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -1,8 +1,9 @@
 """Each model a Dagster component: the real `dg` CLI lists, checks and scaffolds models.
 
 Every `dg` call loads the code location (seconds each), so the calls are few: the checkout's
-bundled models once each for `dg list defs` and `dg check defs`, and one temporary dg project (a
-models directory of one's own, docs/components.md) shared by the scaffolding tests.
+bundled models once each for `dg list defs` and `dg check defs`, and one temporary standard dg
+project (create-dagster's layout: its own definitions.py loading its defs folder; the adoption test
+makes one with create-dagster itself) shared by the scaffolding tests.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from ml_assets.model_files import (
 )
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import SpecError, load_spec
-from ml_assets.spec_schema import COMPONENT_SCHEMA, REPO, SPEC_SCHEMA, stale
+from ml_assets.spec_schema import COMPONENT_SCHEMA, PACKAGED, SPEC_SCHEMA, stale
 from ml_assets_tests.conftest import VENV_BIN, cli_env
 
 pytestmark = pytest.mark.e2e
 
+REPO = Path(__file__).resolve().parents[1]
 BUNDLED = sorted(p.stem for p in BUNDLED_MODELS_DIR.glob("*.yaml"))
 MODELINE = "# yaml-language-server: $schema="
-# A dg project around a models directory: what docs/components.md tells a user to write.
+# A standard dg project, as create-dagster makes one (the package at the root instead of under src/,
+# so that it imports from the working directory without an install).
 PROJECT_TOML = """\
 [project]
 name = "my-models"
@@ -46,21 +49,36 @@ version = "0"
 directory_type = "project"
 
 [tool.dg.project]
-root_module = "models"
-defs_module = "models"
-code_location_target_module = "ml_assets"
-code_location_name = "ml_assets"
-registry_modules = ["ml_assets.components"]
+root_module = "my_models"
+"""
+DEFINITIONS = """\
+from pathlib import Path
+
+from dagster import definitions, load_from_defs_folder
+
+
+@definitions
+def defs():
+    return load_from_defs_folder(path_within_project=Path(__file__).parent)
+"""
+OWN_ASSET = """\
+import dagster as dg
+
+
+@dg.asset
+def orders_summary() -> None:
+    \"\"\"The project's own asset, beside its models.\"\"\"
 """
 
 
-def run_dg(*args: str, cwd: Path, models_dir: Path | None = None, home: Path) -> subprocess.CompletedProcess:
-    env = cli_env(VIRTUAL_ENV=str(VENV_BIN.parent), ML_ASSETS_ENV="local", ML_ASSETS_HOME=str(home),
-                  COLUMNS="200", NO_COLOR="1", DO_NOT_TRACK="1")
+def run_dg(*args: str, cwd: Path, home: Path | None = None) -> subprocess.CompletedProcess:
+    env = cli_env(VIRTUAL_ENV=str(VENV_BIN.parent), ML_ASSETS_ENV="local", COLUMNS="200", NO_COLOR="1",
+                  DO_NOT_TRACK="1")
     env.pop("DAGSTER_HOME", None)  # an ephemeral instance: nothing here writes runs
     env.pop("ML_ASSETS_MODELS_DIR", None)
-    if models_dir is not None:
-        env["ML_ASSETS_MODELS_DIR"] = str(models_dir)
+    env.pop("ML_ASSETS_HOME", None)
+    if home is not None:
+        env["ML_ASSETS_HOME"] = str(home)
     return subprocess.run([str(VENV_BIN / "dg"), *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -71,19 +89,23 @@ def asset_keys(listing: subprocess.CompletedProcess) -> set[str]:
 
 
 def new_project(root: Path) -> Path:
-    (root / "models").mkdir(parents=True)
+    """A standard project at ``root``; returns its defs folder."""
+    package = root / "my_models"
+    (package / "defs").mkdir(parents=True)
     (root / "pyproject.toml").write_text(PROJECT_TOML)
-    return root / "models"
+    (package / "__init__.py").write_text("")
+    (package / "definitions.py").write_text(DEFINITIONS)
+    (package / "defs" / "__init__.py").write_text("")
+    return package / "defs"
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """A dg project with one plain spec and one scaffolded model."""
+    """A standard dg project with an asset of its own and one scaffolded model."""
     root = tmp_path_factory.mktemp("project")
-    models = new_project(root)
-    shutil.copy(BUNDLED_MODELS_DIR / "airport_day.yaml", models)
-    scaffolded = run_dg("scaffold", "defs", COMPONENT_TYPE, "arrivals", cwd=root, models_dir=models,
-                        home=root / "home")
+    defs = new_project(root)
+    (defs / "own.py").write_text(OWN_ASSET)
+    scaffolded = run_dg("scaffold", "defs", COMPONENT_TYPE, "arrivals", cwd=root)
     assert scaffolded.returncode == 0, scaffolded.stdout + scaffolded.stderr
     return root
 
@@ -100,37 +122,38 @@ def test_dg_checks_the_bundled_models(tmp_path):
     assert "All definitions loaded successfully." in checked.stdout
 
 
-def test_scaffolded_model_loads_and_builds_its_assets(project):
-    defs_yaml = project / "models" / "arrivals" / "defs.yaml"
-    assert defs_yaml.read_text().startswith(MODELINE)
+def test_scaffolded_model_checks_in_a_standard_project_beside_its_own_assets(project):
+    defs_yaml = project / "my_models" / "defs" / "arrivals" / "defs.yaml"
     assert load_component_spec(defs_yaml).name == "arrivals"
-    checked = run_dg("check", "defs", cwd=project, models_dir=project / "models", home=project / "home")
+    # The model brings its resources and its jobs' executor: no code of the project's, no variable.
+    checked = run_dg("check", "defs", cwd=project)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    listing = run_dg("list", "defs", "--json", cwd=project, models_dir=project / "models", home=project / "home")
-    keys = asset_keys(listing)
-    assert {f"{model}/{stage}" for model in ("arrivals", "airport_day") for stage in STAGES} <= keys
+    keys = asset_keys(run_dg("list", "defs", "--json", cwd=project))
+    assert {f"arrivals/{stage}" for stage in STAGES} | {"orders_summary"} <= keys
+    assert not any(key.startswith(tuple(f"{b}/" for b in BUNDLED)) for key in keys), "the bundled models stay out"
 
 
 def test_dg_check_defs_reports_a_broken_spec_in_the_specs_own_words(tmp_path):
-    models = new_project(tmp_path)
-    broken = models / "late_flights" / "defs.yaml"
+    defs = new_project(tmp_path)
+    broken = defs / "late_flights" / "defs.yaml"
     broken.parent.mkdir()
     broken.write_text(render_skeleton("late_flights", broken.parent).replace(
         "  evaluation:", "  training: {epochs: 0}\n  evaluation:"))
     with pytest.raises(SpecError) as raised:
         load_component_spec(broken)
     assert "training.epochs: Input should be greater than 0" in str(raised.value)
-    checked = run_dg("check", "defs", cwd=tmp_path, models_dir=models, home=tmp_path / "home")
+    checked = run_dg("check", "defs", cwd=tmp_path, home=tmp_path / "home")
     assert checked.returncode == 1
     assert str(raised.value) in checked.stdout + checked.stderr
+    assert not (tmp_path / "home").exists(), "nothing is written for a spec that does not load"
 
 
 def test_dg_check_yaml_reports_a_broken_component_file(tmp_path):
-    models = new_project(tmp_path)
-    broken = models / "late_flights" / "defs.yaml"
+    defs = new_project(tmp_path)
+    broken = defs / "late_flights" / "defs.yaml"
     broken.parent.mkdir()
     broken.write_text(render_skeleton("late_flights", broken.parent).replace("\nattributes:", "\nattribute:"))
-    checked = run_dg("check", "yaml", cwd=tmp_path, models_dir=models, home=tmp_path / "home")
+    checked = run_dg("check", "yaml", cwd=tmp_path, home=tmp_path / "home")
     assert checked.returncode == 1
     assert f"{broken}:" in checked.stdout and "attribute" in checked.stdout
 
@@ -186,9 +209,11 @@ def test_dagster_loads_a_component_file_through_the_spec(tmp_path, monkeypatch):
     monkeypatch.chdir(good.parent)  # dagster's stand-alone loading roots its tree at the working directory
     (model,) = ModelComponent.from_yaml_path(good).components
     assert model.spec.name == "arrivals"
-    # The resources come with the code location (ml_assets.definitions), not with each model.
+    # The model brings the platform's resources with it, so its definitions resolve on their own.
     built = dg.build_defs_for_component(model)
     assert {f"arrivals/{stage}" for stage in STAGES} <= {k.to_user_string() for a in built.assets for k in a.keys}
+    assert {"tracking", "version_store", "links", "launcher"} <= set(built.resources)
+    assert built.resolve_job_def("arrivals_daily").executor_def is dg.in_process_executor
     monkeypatch.chdir(bad.parent)
     with pytest.raises(Exception) as raised:
         ModelComponent.from_yaml_path(bad)
@@ -210,16 +235,53 @@ def _as_an_editor_reads(value: object) -> object:
 
 
 def test_bundled_specs_and_the_skeleton_point_at_a_schema_that_accepts_them(tmp_path):
-    spec_schema = Draft202012Validator(json.loads((REPO / SPEC_SCHEMA).read_text()))
+    spec_schema = Draft202012Validator(json.loads((PACKAGED / SPEC_SCHEMA).read_text()))
     for path in sorted(BUNDLED_MODELS_DIR.glob("*.yaml")):
         first = path.read_text().splitlines()[0]
         assert first.startswith(MODELINE)
-        assert (path.parent / first.removeprefix(MODELINE)).resolve() == (REPO / SPEC_SCHEMA).resolve()
+        assert (path.parent / first.removeprefix(MODELINE)).resolve() == (PACKAGED / SPEC_SCHEMA).resolve()
         assert list(spec_schema.iter_errors(_as_an_editor_reads(yaml.safe_load(path.read_text())))) == []
     target = tmp_path / "arrivals"
     text = render_skeleton("arrivals", target, REPO)
     first = text.splitlines()[0]
-    assert (target / first.removeprefix(MODELINE)).resolve() == (REPO / COMPONENT_SCHEMA).resolve()
-    component_schema = Draft202012Validator(json.loads((REPO / COMPONENT_SCHEMA).read_text()))
+    assert (target / first.removeprefix(MODELINE)).resolve() == (PACKAGED / COMPONENT_SCHEMA).resolve()
+    component_schema = Draft202012Validator(json.loads((PACKAGED / COMPONENT_SCHEMA).read_text()))
     assert list(component_schema.iter_errors(_as_an_editor_reads(yaml.safe_load(text)))) == []
     assert not os.path.isabs(first.removeprefix(MODELINE))
+
+
+def _files_model(spec_dict: dict, rows_path: str) -> dict:
+    data = {**spec_dict, "name": "late"}
+    data["source"] = {"kind": "files", "rows": {"path": rows_path, "format": "csv"}}
+    data["features"] = {**spec_dict["features"], "joins": [], "rolling": []}
+    data["features"]["numeric"] = ["hour", "minute"]
+    data["validation"] = {}
+    return data
+
+
+def test_a_model_declared_twice_in_a_project_names_both_files(tmp_path, spec_dict, monkeypatch):
+    first, second = tmp_path / "team_a" / "late" / "defs.yaml", tmp_path / "team_b" / "late" / "defs.yaml"
+    for path in (first, second):
+        path.parent.mkdir(parents=True)
+        path.write_text(yaml.safe_dump({"type": COMPONENT_TYPE, "attributes": _files_model(spec_dict, "/data/{date}.csv")}))
+    monkeypatch.chdir(tmp_path)  # the stand-alone loader's defs folder
+    with pytest.raises(Exception) as raised:
+        ModelComponent.from_yaml_path(first)
+    assert f"{first}: name: model 'late' is also declared by {second}" in str(raised.value.__cause__)
+
+
+def test_dg_templates_render_alike_for_dg_and_the_cli(tmp_path, spec_dict, monkeypatch):
+    defs = new_project(tmp_path)
+    data = _files_model(spec_dict, "{{ context.project_root }}/data/{date}.csv")
+    data["description"] = "2013"  # a number-like string stays a string (dg's native rendering would not)
+    path = defs / "late" / "defs.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump({"type": COMPONENT_TYPE, "attributes": data}))
+    from_cli = load_component_spec(path)
+    assert from_cli.source.rows.path == f"{tmp_path.resolve()}/data/{{date}}.csv"
+    assert from_cli.description == "2013"
+    monkeypatch.syspath_prepend(str(tmp_path))  # the project's package, as an install would make it importable
+    from dagster.components.core.component_tree import ComponentTree
+
+    from_dg = ComponentTree.for_project(path).load_component(path.parent, ModelComponent)
+    assert from_dg.spec == from_cli

@@ -244,6 +244,72 @@ def test_the_registered_pyfunc_returns_class_probabilities_and_the_predicted_cla
     assert served["predicted_class"].tolist() == [CLASSES[i] for i in probabilities.argmax(axis=1)]
 
 
+SERVING_PROBE = """
+import importlib.metadata as md, json, sys
+from packaging.requirements import Requirement
+import mlflow.models, mlflow.pyfunc
+model = mlflow.pyfunc.load_model(sys.argv[1])
+model.predict(mlflow.models.Model.load(sys.argv[1]).load_input_example(sys.argv[1]))
+import ml_assets
+names = {m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names) - {"ml_assets", "__main__"}
+owners = md.packages_distributions()
+used = {d.lower() for n in names for d in owners.get(n, [])}
+closure, todo = set(), [r.split("==")[0] for r in open(sys.argv[1] + "/requirements.txt").read().split()]
+while todo:
+    name = todo.pop().lower().replace("_", "-")
+    if name in closure:
+        continue
+    closure.add(name)
+    for req in md.requires(name) or []:
+        parsed = Requirement(req)
+        if parsed.marker is None or parsed.marker.evaluate({"extra": ""}):
+            todo.append(parsed.name)
+print(json.dumps({"ml_assets": ml_assets.__file__, "outside": sorted(
+    d for d in used if d.replace("_", "-") not in closure)}))
+"""
+
+
+def test_the_registered_pyfunc_carries_its_code_an_example_and_requirements_an_index_serves(spec, trained, files,
+                                                                                              tmp_path):
+    """What `mlflow models serve` needs: required feature columns (a missing one is named), an input
+    example of real rows, the library's code inside the model, requirements that only name published
+    packages and cover everything loading and predicting imports."""
+    import subprocess
+    import sys
+
+    import mlflow.pyfunc
+    from mlflow.exceptions import MlflowException
+
+    out = trained[1] / "out"
+    exported = {name: (out / name).read_bytes() for name in ("model.safetensors", "meta.json", "feature_state.json")}
+    spec_json = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
+    rows = pl.read_parquet(files[TEST_DAY].uri)
+    saved = pyfunc.save(tmp_path / "model", exported, spec_json, pyfunc.input_example(spec, rows))
+    inputs = {c.name: c.required for c in mlflow.models.Model.load(str(saved)).get_input_schema().inputs}
+    assert all(inputs[c] for c in [*spec.features.numeric_names, "carrier", "origin"])
+    assert not inputs["local_day_of_week"] and not inputs["time_hour"]  # or derived from the timestamp
+    example = json.loads((saved / "input_example.json").read_text())
+    assert len(example["data"]) == pyfunc.EXAMPLE_ROWS and set(example["columns"]) <= set(inputs)
+    requirements = (saved / "requirements.txt").read_text().split()
+    assert not [r for r in requirements if "+" in r or r.startswith("ml-assets")]
+    assert {r.split("==")[0] for r in requirements} >= {"mlflow", "torch", "polars"}
+    code = saved / "code" / "ml_assets"
+    assert (code / "serving" / "pyfunc.py").is_file() and not list(code.rglob("__pycache__"))
+    assert not (code / "models").exists()  # the demo's specs stay out
+
+    model = mlflow.pyfunc.load_model(str(saved))
+    with pytest.raises(MlflowException, match=r"Model is missing inputs \['distance'\]"):
+        model.predict(rows.drop("distance").to_pandas())
+    probe = subprocess.run([sys.executable, "-c", SERVING_PROBE, str(saved)], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert found["ml_assets"].startswith(str(code)), "the model runs the code registered with it"
+    # pytz and tqdm: imported when present by pandas and by torch's and mlflow's utilities, which do
+    # not require them; anything else would be a requirement the model's requirements.txt misses.
+    assert set(found["outside"]) <= {"pytz", "tqdm"}, "loading and predicting import packages not required"
+
+
 def _checkpoint_record(out, meta: dict) -> CheckpointRecord:
     """The record of a checkpoint trained outside Dagster: what the evaluation reads of it."""
     numbers = {f.name: 0 for f in dataclasses.fields(TrainingResult) if f.type in ("int", "float")}

@@ -43,16 +43,18 @@ BUILDERS = (
 )
 
 
-def build_model_defs(spec: ModelSpec) -> dg.Definitions:
+def build_model_defs(spec: ModelSpec, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+    """``executor``: what the model's jobs run with (a model component's jobs carry theirs); None:
+    the code location's."""
     assets = [build(spec) for build in BUILDERS]
-    job = build_daily_job(spec, assets)
+    job = build_daily_job(spec, assets, executor)
     ingest = build_ingest_job(spec, assets[:3])
     production = build_production_model(spec)
-    promote = build_promotion_job(spec, production)
+    promote = build_promotion_job(spec, production, executor)
     tuning = build_hyperparameters(spec)
-    tune = build_tuning_job(spec, tuning)
+    tune = build_tuning_job(spec, tuning, executor)
     predictions, monitor = build_predictions(spec), build_model_monitor(spec)
-    score = build_scoring_job(spec, [predictions, monitor])
+    score = build_scoring_job(spec, [predictions, monitor], executor)
     return dg.Definitions(assets=[*assets, production, tuning, predictions, monitor],
                           jobs=[job, ingest, promote, tune, score],
                           schedules=[*([build_daily_schedule(job)] if spec.retrain.scheduled else []),

@@ -1,6 +1,6 @@
 """How ml_assets is deployed: the machinery around the code location, not the pipeline itself.
 
-- ``run_launcher``: the production run launcher (deploy/production/dagster.yaml ``run_launcher``), whose
+- ``run_launcher``: the production run launcher (ml_assets/instance/production.yaml ``run_launcher``), whose
   run workers run monitoring can watch and resume;
 - ``pg_storage``: dagster-postgres's storage with a kept connection per process (``storage: custom``);
 - ``services``: the MLflow server's command (``ml-assets mlflow-server``);

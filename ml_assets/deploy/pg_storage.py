@@ -9,7 +9,7 @@ Pipes reader logs beside its main thread; the daemon runs several threads) and c
 returned. A connection is checked before use (pre-ping), so a restarted server costs a reconnect,
 not a failed run.
 
-deploy/production/dagster.yaml selects it (``storage: custom``) with the same configuration as
+ml_assets/instance/production.yaml selects it (``storage: custom``) with the same configuration as
 ``storage: postgres``. The webserver replaces these pools with its own (``optimize_for_webserver``).
 """
 

@@ -22,7 +22,7 @@ needs the daemon restarted (it owns the server). ``start_method: spawn`` starts 
 fresh ``dagster api execute_run`` process instead, and so does a code location whose Python is not
 the launcher's.
 
-Select it in dagster.yaml (deploy/production/dagster.yaml)::
+Select it in dagster.yaml (ml_assets/instance/production.yaml)::
 
     run_launcher:
       module: ml_assets.deploy.run_launcher

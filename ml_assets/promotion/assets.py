@@ -74,12 +74,14 @@ def promotion_record(spec: ModelSpec, record: dict, outcome: str, action: str, a
         mlflow_model_url=tracking.model_url(spec.name, version), record=record, summary="\n".join(lines))
 
 
-def build_promotion_job(spec: ModelSpec, production_model: dg.AssetsDefinition) -> dg.JobDefinition:
+def build_promotion_job(spec: ModelSpec, production_model: dg.AssetsDefinition,
+                        executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(
         name=f"{spec.name}_promote",
         selection=dg.AssetSelection.assets(production_model),
         description=f"Move {spec.name}'s @champion (promote or roll back) and record why.",
         tags={"ml_assets/model": spec.name, "team": spec.owner},
+        executor_def=executor_def,
     )
 
 

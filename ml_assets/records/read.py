@@ -28,6 +28,15 @@ def latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None
     return record.from_metadata(event.asset_materialization.metadata)
 
 
+def instance_hint(instance: dg.DagsterInstance) -> str:
+    """Why earlier runs may be missing: a temporary instance keeps nothing from one command to the next."""
+    if not instance.is_ephemeral:
+        return ""
+    return (" This run's Dagster instance is temporary (DAGSTER_HOME is not set, so `dg launch` and `dagster "
+            "asset materialize` keep no runs between commands): set DAGSTER_HOME to a folder and run the "
+            "earlier stages again (docs/components.md).")
+
+
 def upstream(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str, record: type[R]) -> R:
     """The record of the latest materialization of ``key`` for ``partition``; a Failure saying how to
     make it when there is none. Downstream stages read their inputs by the ids recorded there
@@ -37,5 +46,5 @@ def upstream(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str
         name = key.to_user_string()
         raise dg.Failure(description=(
             f"{name} has no materialization for partition {partition}. Materialize it first: "
-            f"dagster asset materialize -m ml_assets --select '{name}' --partition {partition}"))
+            f"dg launch --assets '{name}' --partition {partition}" + instance_hint(context.instance)))
     return found

@@ -115,10 +115,19 @@ def _log_model(client, run_id: str, step: Step, ckpt: CheckpointRecord) -> None:
             (WEIGHTS_FILE, result.checkpoint_sha256), (META_FILE, result.meta_sha256),
             (FEATURE_STATE_FILE, result.feature_state_sha256))}
         spec_json = json.dumps(step.spec.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
-        client.log_artifacts(run_id, str(pyfunc.save(Path(tmp) / "model", files, spec_json)), MLFLOW_MODEL)
+        example = pyfunc.input_example(step.spec, _validation_rows(ckpt))
+        client.log_artifacts(run_id, str(pyfunc.save(Path(tmp) / "model", files, spec_json, example)), MLFLOW_MODEL)
         config = Path(tmp) / "train_config.json"
         config.write_text(json.dumps(ckpt.training_config, indent=1, sort_keys=True))
         client.log_artifact(run_id, str(config), MLFLOW_TRAINING)
+
+
+def _validation_rows(ckpt: CheckpointRecord):
+    """The first validation day's feature rows the model trained with (verified), for its input example."""
+    from ml_assets.defs.common import read_parquet
+
+    first = ckpt.training_config["val_files"][0]
+    return read_parquet(read_verified(first["uri"], first["sha256"]))
 
 
 def _log_training(client, run_id: str, ckpt: CheckpointRecord, tags: dict[str, str]) -> None:

@@ -102,12 +102,14 @@ def build_model_monitor(spec: ModelSpec) -> dg.AssetsDefinition:
     return model_monitor
 
 
-def build_scoring_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
+def build_scoring_job(spec: ModelSpec, assets: list[dg.AssetsDefinition],
+                      executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(
         name=f"{spec.name}_score",
         selection=dg.AssetSelection.assets(*assets),
         description=f"Score one day of {spec.name} rows with the current @champion, and judge it on the day.",
         tags=job_tags(spec, trains=False),
+        executor_def=executor_def,
     )
 
 

@@ -16,14 +16,22 @@ on the training window, stored inside the model: the same ``transform`` training
 Joins and rolling aggregates need dimension tables and earlier days, which one row cannot carry:
 ``ml_assets.features.serve.featurize`` builds them from raw tables outside MLflow.
 
-Saved as MLflow "models from code" (``mlflow_model.py``): loading runs code from the installed
-``ml_assets`` package and reads JSON and safetensors; there is no pickle in the model directory.
+Saved as MLflow "models from code" (``mlflow_model.py``): loading runs the ``ml_assets`` code that
+travels in the model directory's ``code/`` (MLflow's ``code_paths``: the copy the version was
+registered with, which MLflow puts first on ``sys.path``) and reads JSON and safetensors; there is no
+pickle in the model directory. Its requirements name only published packages (``SERVING_PACKAGES``
+at the versions registered), so ``mlflow models serve`` needs no index that serves ml_assets.
+
+Served over HTTP, the signature's feature columns are required: a request without one, or with a
+value of the wrong type, gets HTTP 400 naming the column (MLflow's schema enforcement); a problem
+only the transforms can see (a time part that can be neither read nor derived) is a 400 too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,12 @@ from ml_assets.layout import EXPORT_FILES, FEATURE_STATE_FILE, META_FILE, WEIGHT
 FILES = (*EXPORT_FILES, "spec.json")
 PREDICTED_CLASS = "predicted_class"
 CODE = Path(__file__).with_name("mlflow_model.py")
+PACKAGE = Path(__file__).resolve().parents[1]
+SERVING_PACKAGES = ("mlflow", "torch", "polars", "numpy", "pandas", "pyarrow", "pydantic", "safetensors",
+                    "fsspec", "pyyaml", "holidays")
+"""What loading and predicting with a registered model imports besides the standard library and
+its own code (a test checks this list against a fresh process's imports)."""
+EXAMPLE_ROWS = 2
 
 
 def _sha(path: Path) -> str:
@@ -68,11 +82,16 @@ class TabularModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None):
         import polars as pl
+        from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
         from ml_assets.serving.predict import predict
 
         frame = model_input if isinstance(model_input, pl.DataFrame) else pl.from_pandas(model_input)
-        out = predict(self.loaded, self._time_parts(frame))
+        try:
+            out = predict(self.loaded, self._time_parts(frame))
+        except ValueError as exc:  # the rows' own problem (a column the transforms need): HTTP 400, said
+            raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from None
         classes = self.loaded.meta.get("classes")
         return class_frame(out, classes) if classes else out
 
@@ -115,42 +134,70 @@ def output_schema(classes: list[str]):
     return Schema([*(ColSpec("double", c) for c in classes), ColSpec("string", PREDICTED_CLASS)])
 
 
-def save(path: Path, files: dict[str, bytes], spec_json: bytes) -> Path:
-    """Write an MLflow pyfunc model directory at ``path`` from the exported files."""
+def signature_columns(spec) -> list:
+    """The model's inputs: the feature columns (required), the time parts and the raw timestamp
+    they may be derived from instead (optional: one or the other is needed)."""
+    from mlflow.types import ColSpec
+
+    feats = spec.features
+    time = feats.time
+    parts = {f"{time.prefix}{p}" for p in time.parts} if time else set()
+    ts = [(time.column if time else None) or spec.partitioning.timestamp_column] if parts else []
+    return [*(ColSpec("double", c, required=c not in parts) for c in feats.numeric_names),
+            *(ColSpec("string", c, required=c not in parts) for c in feats.categorical_names),
+            *(ColSpec("string", c, required=False) for c in ts if c not in feats.categorical_names)]
+
+
+def input_example(spec, rows):
+    """A few real rows (a polars frame of the features as built) as the signature types them."""
+    import polars as pl
+
+    columns = [c for c in signature_columns(spec) if c.name in rows.columns]
+    typed = rows.head(EXAMPLE_ROWS).select(
+        [pl.col(c.name).cast(pl.Float64 if c.type.to_numpy().kind == "f" else pl.String) for c in columns])
+    return typed.to_pandas()
+
+
+def save(path: Path, files: dict[str, bytes], spec_json: bytes, example=None) -> Path:
+    """Write an MLflow pyfunc model directory at ``path`` from the exported files; ``example``: a few
+    feature rows (pandas) logged as its input example."""
     import tempfile
 
     from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema
+    from mlflow.types import Schema
 
     from ml_assets.spec import ModelSpec
 
     spec = ModelSpec.model_validate(json.loads(spec_json))
-    feats = spec.features
-    # Not "required": a missing value is allowed (the transforms impute it), and the time parts may
-    # instead come from the raw timestamp column; a row set lacking a feature fails with its name.
-    time = feats.time
-    parts = {f"{time.prefix}{p}" for p in time.parts} if time else set()
-    ts = [(time.column if time else None) or spec.partitioning.timestamp_column] if parts else []
-    signature = ModelSignature(
-        inputs=Schema([*(ColSpec("double", c, required=False) for c in feats.numeric_names),
-                       *(ColSpec("string", c, required=False) for c in feats.categorical_names),
-                       *(ColSpec("string", c, required=False) for c in ts if c not in feats.categorical_names)]),
-        outputs=output_schema(json.loads(files[META_FILE]).get("classes") or []),
-    )
+    signature = ModelSignature(inputs=Schema(signature_columns(spec)),
+                               outputs=output_schema(json.loads(files[META_FILE]).get("classes") or []))
     with tempfile.TemporaryDirectory(prefix="ml_assets-pyfunc-") as tmp:
         artifacts = {}
         for name in FILES:
             (Path(tmp) / name).write_bytes(spec_json if name == "spec.json" else files[name])
             artifacts[name] = str(Path(tmp) / name)
-        with warnings.catch_warnings():  # "no input_example": the signature above says what goes in
+        # The library's code travels with the model, as a factory's does (no bytecode, no demo specs).
+        code = Path(tmp) / "code" / "ml_assets"
+        shutil.copytree(PACKAGE, code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "models"))
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             mlflow.pyfunc.save_model(
                 str(path), python_model=str(CODE), artifacts=artifacts, signature=signature,
+                input_example=example,
                 # Pinned here: inferring requirements would load and run the model in a subprocess.
-                pip_requirements=[f"ml-assets=={_version()}", f"mlflow=={mlflow.__version__}"],
-                code_paths=_factory_code(json.loads(files[META_FILE]), spec),
+                pip_requirements=requirements(),
+                code_paths=[str(code), *(_factory_code(json.loads(files[META_FILE]), spec) or [])],
             )
     return path
+
+
+def requirements() -> list[str]:
+    """SERVING_PACKAGES at the versions installed here, as an index publishes them: a local label
+    (torch's ``+cpu``) is dropped, since an index serves ``2.13.0`` and a wheel's label says its build."""
+    from importlib.metadata import distributions
+
+    installed = {(dist.metadata["Name"] or "").lower(): dist.version for dist in distributions()}
+    return [f"{name}=={installed[name].split('+')[0]}" for name in SERVING_PACKAGES if name in installed]
 
 
 def _factory_code(meta: dict, spec) -> list[str] | None:
@@ -167,9 +214,3 @@ def _factory_code(meta: dict, spec) -> list[str] | None:
 def model_files(model_dir: Path) -> dict[str, Path]:
     """The exported files inside a saved (or downloaded) pyfunc directory."""
     return {name: model_dir / "artifacts" / name for name in FILES}
-
-
-def _version() -> str:
-    from importlib.metadata import version
-
-    return version("ml-assets")

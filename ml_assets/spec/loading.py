@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from ml_assets.spec.architecture import resolve_code_path
 from ml_assets.spec.model import ModelSpec
+from ml_assets.spec.source import resolve_source_paths
 
 
 class SpecError(ValueError):
@@ -39,7 +40,7 @@ def spec_from_data(data: dict, path: Path, name: str, named_by: str = "file name
     """``data`` validated as a spec, the messages naming ``path``; the spec's name must be ``name``
     (what ``named_by``, the file or the folder, says it is)."""
     try:
-        spec = ModelSpec.model_validate(resolve_code_path(data, path))
+        spec = ModelSpec.model_validate(resolve_source_paths(resolve_code_path(data, path), path))
     except ValidationError as exc:
         raise SpecError(_format_errors(path, exc)) from None
     except ValueError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -52,3 +54,40 @@ class SourceSpec(StrictModel):
         if secret_like:
             raise ValueError(f"storage_options {secret_like} look like secrets: set them in the environment instead")
         return self
+
+
+_RESOLVED: dict[str, tuple[str, str]] = {}
+"""Each relative source path this process resolved: absolute -> (as written, the folder it was
+resolved against), so that a message about the file can say both."""
+
+
+def is_relative(path: str) -> bool:
+    return "://" not in path and not Path(path).expanduser().is_absolute()
+
+
+def resolve_source_paths(data: object, spec_file: Path) -> object:
+    """``source.rows.path`` and each ``source.dimensions.*.path`` made absolute against the spec
+    file's folder, as ``model.code_path`` is; an absolute path or a URL (``s3://``) is unchanged."""
+    if not isinstance(data, dict) or not isinstance(data.get("source"), dict):
+        return data
+    source, base = dict(data["source"]), spec_file.resolve().parent
+
+    def resolved(table: object) -> object:
+        if not isinstance(table, dict) or not isinstance(table.get("path"), str) or not is_relative(table["path"]):
+            return table
+        # Joined, not resolve()d: the path may hold a glob or '{date}', and must not follow links.
+        absolute = os.path.normpath(base / Path(table["path"]).expanduser())
+        _RESOLVED[absolute] = (table["path"], str(base))
+        return {**table, "path": absolute}
+
+    if "rows" in source:
+        source["rows"] = resolved(source["rows"])
+    if isinstance(source.get("dimensions"), dict):
+        source["dimensions"] = {name: resolved(table) for name, table in source["dimensions"].items()}
+    return {**data, "source": source}
+
+
+def written_as(path: str) -> str:
+    """How a resolved path was written, for messages: '' when it was written as it is."""
+    found = _RESOLVED.get(path)
+    return f" (the spec's {found[0]!r}, resolved against {found[1]}, the spec file's folder)" if found else ""

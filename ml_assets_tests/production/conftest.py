@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
+from ml_assets.instance import PRODUCTION_INSTANCE
 from ml_assets_tests.conftest import VENV_BIN, cli_env, free_port, small_training, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,8 +112,8 @@ def postgres_database() -> Iterator:
 
 
 def dagster_yaml(postgres_env: str = "ML_ASSETS_DAGSTER_POSTGRES_URL", poll_seconds: int = 2) -> str:
-    """deploy/production/dagster.yaml as shipped, with run monitoring polling every few seconds."""
-    config = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    """ml_assets/instance/production.yaml as shipped, with run monitoring polling every few seconds."""
+    config = yaml.safe_load(PRODUCTION_INSTANCE.read_text())
     assert config["storage"]["custom"]["config"]["postgres_url"] == {"env": postgres_env}
     config["run_monitoring"].update(poll_interval_seconds=poll_seconds, start_timeout_seconds=120,
                                     cancel_timeout_seconds=60)

@@ -203,7 +203,7 @@ def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(se
     for day in days:
         assert keys("ml-assets", f"checkpoints/{MODEL}/date={day}/"), day
         assert keys("ml-assets", f"artifacts/{MODEL}/features/date={day}/"), day
-    # The steps' stdout/stderr went to S3 through dagster-aws's compute log manager (deploy/production).
+    # The steps' stdout/stderr went to S3 through dagster-aws's compute log manager (ml_assets/instance/production.yaml).
     logged = keys("ml-assets", "dagster/compute-logs/")
     for run_id in run_ids:
         assert any(run_id in key for key in logged), (run_id, logged[:5])

@@ -13,6 +13,7 @@ import yaml
 from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
 from ml_assets.defs.common import GPU_POOL
 from ml_assets.deploy.run_launcher import WORKER_PRELOAD
+from ml_assets.instance import PRODUCTION_INSTANCE
 from ml_assets.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,7 @@ def test_production_definitions():
 
 
 def test_the_multiprocess_executor_when_chosen_forks_steps_from_a_preloaded_server():
-    from ml_assets.definitions import STEP_PRELOAD
+    from ml_assets.platform import STEP_PRELOAD
 
     built = built_definitions(ML_ASSETS_EXECUTOR="multiprocess", ML_ASSETS_MAX_CONCURRENT_STEPS="3")
     assert built["executor"] == "multiprocess" and built["executor_config"]["max_concurrent"] == 3
@@ -95,7 +96,7 @@ def test_the_multiprocess_executor_when_chosen_forks_steps_from_a_preloaded_serv
 def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     from dagster._core.instance.config import dagster_instance_config
 
-    (tmp_path / "dagster.yaml").write_text((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    (tmp_path / "dagster.yaml").write_text(PRODUCTION_INSTANCE.read_text())
     monkeypatch.setenv("ML_ASSETS_DAGSTER_POSTGRES_URL", "postgresql://user@db.internal/dagster")
     monkeypatch.setenv("ML_ASSETS_COMPUTE_LOGS_BUCKET", "logs")
     config, _ = dagster_instance_config(str(tmp_path))
@@ -106,7 +107,7 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
     assert config["run_retries"]["retry_on_asset_or_op_failure"] is False
     limits = config["concurrency"]["runs"]["tag_concurrency_limits"]
     assert limits == [{"key": TRAINING_TEAM_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 2}]
-    raw = yaml.safe_load((REPO / "deploy" / "production" / "dagster.yaml").read_text())
+    raw = yaml.safe_load(PRODUCTION_INSTANCE.read_text())
     assert raw["storage"]["custom"] == {"module": "ml_assets.deploy.pg_storage", "class": "PooledPostgresStorage",
                                         "config": {"postgres_url": {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}}}  # no secret
 

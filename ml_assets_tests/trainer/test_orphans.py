@@ -25,6 +25,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ml_assets.instance import LOCAL_INSTANCE
 from ml_assets_tests.conftest import BUNDLED_SPEC, cli_env, small_training, write_spec
 from ml_assets_tests.test_e2e_cli import INGEST, materialize
 from ml_assets_tests.trainer.toy import (
@@ -80,7 +81,7 @@ def home(tmp_path_factory) -> Home:
     root = tmp_path_factory.mktemp("orphans")
     dagster_home = root / "home" / "dagster"
     dagster_home.mkdir(parents=True)
-    (dagster_home / "dagster.yaml").write_text((BUNDLED_SPEC.parents[2] / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text(LOCAL_INSTANCE.read_text())
     world = Home(root, {"ML_ASSETS_HOME": str(root / "home"), "DAGSTER_HOME": str(dagster_home),
                         "MLFLOW_DISABLE_TELEMETRY": "true"})
     models = world.spec(seed=0, epochs=1)

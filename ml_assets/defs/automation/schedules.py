@@ -5,7 +5,7 @@ import dagster as dg
 from ml_assets.records.runs import RetrainTags
 from ml_assets.spec import ModelSpec
 
-# Run tags the production instance's queue acts on (deploy/production/dagster.yaml): runs that
+# Run tags the production instance's queue acts on (ml_assets/instance/production.yaml): runs that
 # train carry their team in TRAINING_TEAM_TAG, limited per team, so teams share the GPUs fairly.
 TRAINING_TEAM_TAG = "ml_assets/training_team"
 MAX_RUNTIME_TAG = "dagster/max_runtime"  # seconds; run monitoring cancels and fails a longer run
@@ -19,12 +19,14 @@ def job_tags(spec: ModelSpec, trains: bool) -> dict[str, str]:
     return tags
 
 
-def build_daily_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
+def build_daily_job(spec: ModelSpec, assets: list[dg.AssetsDefinition],
+                    executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(
         name=f"{spec.name}_daily",
         selection=dg.AssetSelection.assets(*assets),
         description=f"Ingest, validate, featurize, train, evaluate and register {spec.name} for one day.",
         tags=job_tags(spec, trains=True),
+        executor_def=executor_def,
     )
 
 

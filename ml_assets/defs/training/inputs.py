@@ -13,7 +13,7 @@ import dagster as dg
 from ml_assets.defs.common import asset_key
 from ml_assets.defs.training.window import Window, WindowError, without_missing
 from ml_assets.records import FeaturesRecord, latest
-from ml_assets.records.read import latest_event
+from ml_assets.records.read import instance_hint, latest_event
 from ml_assets.spec import ModelSpec
 
 
@@ -39,5 +39,5 @@ def feature_window(context: dg.AssetExecutionContext, spec: ModelSpec, window: W
         window = without_missing(spec, window, part, lambda d: found[d] is not None,
                                  lambda d: why_missing(context.instance, spec, d))
     except WindowError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
+        raise dg.Failure(description=str(exc) + instance_hint(context.instance), allow_retries=False) from None
     return window, {d.isoformat(): record for d, record in found.items() if record is not None}

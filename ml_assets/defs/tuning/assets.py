@@ -66,10 +66,12 @@ def build_hyperparameters(spec: ModelSpec) -> dg.AssetsDefinition:
     return hyperparameters
 
 
-def build_tuning_job(spec: ModelSpec, asset: dg.AssetsDefinition) -> dg.JobDefinition:
+def build_tuning_job(spec: ModelSpec, asset: dg.AssetsDefinition,
+                     executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(name=f"{spec.name}_tune", selection=dg.AssetSelection.assets(asset),
                                description=f"Run (or continue) {spec.name}'s hyperparameter study.",
-                               tags={**job_tags(spec, trains=False), TRAINING_TEAM_TAG: spec.owner})
+                               tags={**job_tags(spec, trains=False), TRAINING_TEAM_TAG: spec.owner},
+                               executor_def=executor_def)
 
 
 def build_tuning_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
