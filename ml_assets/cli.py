@@ -30,6 +30,8 @@ import os
 import sys
 from pathlib import Path
 
+from ml_assets import cli_project
+from ml_assets.cli_project import refuse
 from ml_assets.project import ProjectError
 from ml_assets.runs import prepare_home
 from ml_assets.settings import Settings, SettingsError, load_settings
@@ -149,11 +151,6 @@ def _client(settings: Settings):
     return MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
 
 
-def _bad(command: str, message: str) -> int:
-    print(f"ml-assets {command}: {message}", file=sys.stderr)
-    return 2
-
-
 def move_champion(command: str, model: str, version: str | None, reason: str) -> int:
     """Promote or roll back through the promotion job (the same audited path the sensor uses)."""
     import getpass
@@ -171,7 +168,7 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
         if version is not None:
             registry.get_version(_client(settings), model, version)
     except (InvalidName, SpecError, registry.RegistryError, ValueError) as exc:
-        return _bad(command, str(exc).splitlines()[0])
+        return refuse(command, str(exc).splitlines()[0])
     prepare_home(settings)
     import dagster as dg
 
@@ -209,7 +206,7 @@ def audit(model: str, version: str | None, fmt: str) -> int:
         found = aud.collect(_client(settings), version_store(settings), model, version,
                             _object_paths(settings, model))
     except (lin.LineageError, registry.RegistryError, InvalidName) as exc:
-        return _bad("audit", str(exc))
+        return refuse("audit", str(exc))
     print(json.dumps(found, indent=1, default=str) if fmt == "json" else aud.render_markdown(found))
     return 1 if found["mismatches"] else 0
 
@@ -229,11 +226,11 @@ def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
             found = (registry.by_alias(client, model, registry.CHAMPION)
                      or registry.by_alias(client, model, registry.CHALLENGER))
             if found is None:
-                return _bad("card", f"model {model!r} has no @champion or @challenger: give --version")
+                return refuse("card", f"model {model!r} has no @champion or @challenger: give --version")
             version = str(found.version)
         text, page = cards.build(client, spec, version, promotion.history(version_store(settings), model))
     except (registry.RegistryError, InvalidName, SpecError) as exc:
-        return _bad("card", str(exc))
+        return refuse("card", str(exc))
     content = page if fmt == "html" else text
     if output:
         Path(output).write_text(content, encoding="utf-8")
@@ -254,7 +251,7 @@ def reproduce(model: str, version: str, workdir: str | None, registered_code: bo
     try:
         result = aud.reproduce(_client(settings), model, version, where, package_code_version(), registered_code)
     except (registry.RegistryError, InvalidName) as exc:
-        return _bad("reproduce", str(exc))
+        return refuse("reproduce", str(exc))
     if result.identical:
         print(f"{model} version {version}: reproduced bit for bit; weights sha256 {result.actual_sha256} "
               f"(in {result.output_dir})")
@@ -266,77 +263,12 @@ def reproduce(model: str, version: str, workdir: str | None, registered_code: bo
     return 1
 
 
-def paths() -> int:
-    settings = load_settings()
-    from ml_assets.settings import public_url
-
-    print(f"{'environment':20} {settings.environment}")
-    print(f"{'project':20} {settings.project.root if settings.project else '(none: not inside a Dagster project)'}")
-    print(f"{'home':20} {settings.home}")
-    print(f"{'dagster_home':20} {os.environ.get('DAGSTER_HOME') or settings.dagster_home}"
-          + ("" if os.environ.get("DAGSTER_HOME") else "  (used by ml-assets; export DAGSTER_HOME for dg and dagster)"))
-    for name in ("version_store_root", "artifacts_location", "checkpoints_location"):
-        print(f"{name:20} {getattr(settings, name)}")
-    if settings.objects_url:
-        print(f"{'objects_url':20} {settings.objects_url}")
-    print(f"{'mlflow_tracking_uri':20} {public_url(settings.mlflow_tracking_uri)}")
-    return 0
-
-
-def backfill(model: str, start: str, end: str, force: bool) -> int:
-    from ml_assets import runs
-    from ml_assets.model_files import load_declared_spec
-    from ml_assets.names import InvalidName, check_model_name
-    from ml_assets.spec import SpecError
-
-    settings = load_settings()
-    try:
-        spec = load_declared_spec(settings, check_model_name(model))
-        return runs.backfill(settings, spec, dt.date.fromisoformat(start), dt.date.fromisoformat(end), force)
-    except (SpecError, InvalidName, ValueError) as exc:
-        return _bad("backfill", str(exc))
-
-
-def schema(output: str | None) -> int:
-    from ml_assets.spec_schema import write
-
-    settings = load_settings()
-    base = settings.project.root if settings.project else Path.cwd()
-    for path in write(Path(output) if output else base / "schema"):
-        print(f"wrote {path}")
-    print("Point a spec at it with its first line, e.g. `# yaml-language-server: $schema=<relative path>/"
-          "model-component.schema.json` (docs/components.md)")
-    return 0
-
-
-def instance(production: bool, force: bool) -> int:
-    """Write the package's Dagster instance configuration to $DAGSTER_HOME/dagster.yaml."""
-    from ml_assets.instance import LOCAL_INSTANCE, PRODUCTION_INSTANCE
-
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
-        return _bad("instance", "DAGSTER_HOME is not set: export it first (the folder Dagster keeps its runs in)")
-    target = Path(home) / "dagster.yaml"
-    if target.exists() and not force:
-        return _bad("instance", f"{target} exists: --force replaces it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes((PRODUCTION_INSTANCE if production else LOCAL_INSTANCE).read_bytes())
-    print(f"wrote {target}" + ("; next: dagster instance migrate (docs/deployment.md)" if production else ""))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ml-assets", description="ml_assets command line")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("demo", help="materialize the bundled model for a short window of days")
     run.add_argument("--model", default="flights_delay")
     run.add_argument("--day", help="the partition to train (default: the first day with a full window)")
-    fill = sub.add_parser("backfill", help="ingest, validate and featurize a window of days (one run per day, "
-                          "in this process); days already published are skipped")
-    fill.add_argument("model")
-    fill.add_argument("--start", required=True, help="first day (YYYY-MM-DD)")
-    fill.add_argument("--end", required=True, help="last day (YYYY-MM-DD)")
-    fill.add_argument("--force", action="store_true", help="run the days already published again")
     trace = sub.add_parser("lineage", help="walk a registered model back to the bytes it learned from")
     trace.add_argument("model")
     which = trace.add_mutually_exclusive_group()
@@ -374,12 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
     rep.add_argument("--registered-code", action="store_true",
                      help="a model factory's code: the copy registered with the version, not its recorded directory")
-    sub.add_parser("paths", help="print where the local home keeps everything")
-    sch = sub.add_parser("schema", help="write the spec's JSON schemas (for editors) to a folder")
-    sch.add_argument("--output", help="the folder (default: schema/ in the project, else here)")
-    ins = sub.add_parser("instance", help="write the package's Dagster instance configuration to $DAGSTER_HOME")
-    ins.add_argument("--production", action="store_true", help="the production instance (PostgreSQL, run queue)")
-    ins.add_argument("--force", action="store_true", help="replace an existing dagster.yaml")
+    cli_project.add_parsers(sub)
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=5000)
@@ -415,13 +342,7 @@ def _dispatch(args: argparse.Namespace) -> None:
         sys.exit(demo(args.model, args.day))
     if args.command == "lineage":
         sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json, args.predictions))
-    if args.command == "backfill":
-        sys.exit(backfill(args.model, args.start, args.end, args.force))
-    if args.command == "schema":
-        sys.exit(schema(args.output))
-    if args.command == "instance":
-        sys.exit(instance(args.production, args.force))
-    sys.exit(paths())
+    sys.exit(cli_project.dispatch(args))
 
 
 if __name__ == "__main__":

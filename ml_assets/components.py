@@ -150,3 +150,37 @@ def _declared_once(path: Path, defs_dir: Path) -> None:
     others = [p for p in model_component_files(defs_dir, folder=name) if p.resolve() != path.resolve()]
     if others:
         raise SpecError(f"{path}: name: model {name!r} is also declared by {others[0]}; keep one of them")
+
+
+class NoAttributes(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="No attributes")
+
+
+class AlertsComponent(dg.Component):
+    """Production's alerts for the project's models: each failed run, and each promotion, rollback,
+    blocking monitoring limit crossed and retraining launched, posted to the webhook in
+    ``ML_ASSETS_ALERT_WEBHOOK_URL`` (docs/deployment.md). Nothing in the local environment."""
+
+    def __init__(self, project_root: Path, defs_dir: Path) -> None:
+        self.project_root, self.defs_dir = project_root, defs_dir
+
+    @classmethod
+    def get_model_cls(cls) -> type[BaseModel]:
+        return NoAttributes
+
+    @classmethod
+    def get_spec(cls) -> dg.ComponentTypeSpec:
+        return dg.ComponentTypeSpec(description="Run-failure alerts and lifecycle notifications of the project's models.",
+                                    tags=["ml_assets", "alerts"], produces=["sensor"])
+
+    @classmethod
+    def load(cls, attributes: BaseModel | None, context: dg.ComponentLoadContext) -> AlertsComponent:
+        return cls(Path(context.project_root), Path(context.defs_module_path))
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        from ml_assets.platform import alert_sensors, shared_resources
+        from ml_assets.settings import load_settings
+
+        settings = load_settings(project_root=self.project_root)
+        models = sorted(path.parent.name for path in model_component_files(self.defs_dir))
+        return dg.Definitions(sensors=alert_sensors(settings, models), resources=shared_resources(settings))

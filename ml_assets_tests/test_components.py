@@ -88,11 +88,12 @@ def asset_keys(listing: subprocess.CompletedProcess) -> set[str]:
     return {asset["asset_key"] for asset in json.loads(listing.stdout)["assets"]}
 
 
-def new_project(root: Path) -> Path:
-    """A standard project at ``root``; returns its defs folder."""
-    package = root / "my_models"
+def new_project(root: Path, package_name: str = "my_models") -> Path:
+    """A standard project at ``root``; returns its defs folder. Tests that import the project in
+    their own process give each project its package name: Python keeps the first one imported."""
+    package = root / package_name
     (package / "defs").mkdir(parents=True)
-    (root / "pyproject.toml").write_text(PROJECT_TOML)
+    (root / "pyproject.toml").write_text(PROJECT_TOML.replace('"my_models"', f'"{package_name}"'))
     (package / "__init__.py").write_text("")
     (package / "definitions.py").write_text(DEFINITIONS)
     (package / "defs" / "__init__.py").write_text("")
@@ -271,7 +272,7 @@ def test_a_model_declared_twice_in_a_project_names_both_files(tmp_path, spec_dic
 
 
 def test_dg_templates_render_alike_for_dg_and_the_cli(tmp_path, spec_dict, monkeypatch):
-    defs = new_project(tmp_path)
+    defs = new_project(tmp_path, "templates_project")
     data = _files_model(spec_dict, "{{ context.project_root }}/data/{date}.csv")
     data["description"] = "2013"  # a number-like string stays a string (dg's native rendering would not)
     path = defs / "late" / "defs.yaml"
@@ -285,3 +286,30 @@ def test_dg_templates_render_alike_for_dg_and_the_cli(tmp_path, spec_dict, monke
 
     from_dg = ComponentTree.for_project(path).load_component(path.parent, ModelComponent)
     assert from_dg.spec == from_cli
+
+
+def test_the_alerts_component_watches_the_projects_models_in_production(tmp_path, spec_dict, monkeypatch):
+    from dagster.components.core.component_tree import ComponentTree
+
+    from ml_assets.components import AlertsComponent
+
+    defs = new_project(tmp_path, "alerts_project")
+    model = defs / "late" / "defs.yaml"
+    model.parent.mkdir()
+    model.write_text(yaml.safe_dump({"type": COMPONENT_TYPE, "attributes": _files_model(spec_dict, "/x/{date}.csv")}))
+    (defs / "alerts").mkdir()
+    (defs / "alerts" / "defs.yaml").write_text("type: ml_assets.components.AlertsComponent\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, value in {"ML_ASSETS_ENV": "production", "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+                        "ML_ASSETS_ARTIFACTS_URL": "s3://b/a", "ML_ASSETS_CHECKPOINTS_URL": "s3://b/c"}.items():
+        monkeypatch.setenv(name, value)
+    tree = ComponentTree.for_project(defs)
+    alerts = tree.load_component(defs / "alerts", AlertsComponent)
+    built = dg.build_defs_for_component(alerts)
+    sensors = {s.name: s for s in built.sensors}
+    assert set(sensors) == {"run_failure_alerts", "lifecycle_notifications"}
+    assert "of late to $ML_ASSETS_ALERT_WEBHOOK_URL" in sensors["lifecycle_notifications"].description
+    whole = tree.build_defs()  # with the model: the same resources, merged
+    assert {"run_failure_alerts", "late_promotion_sensor"} <= {s.name for s in whole.sensors}
+    monkeypatch.setenv("ML_ASSETS_ENV", "local")
+    assert dg.build_defs_for_component(alerts).sensors == []

@@ -322,7 +322,7 @@ def summary_markdown(spec: ModelSpec, report: dict[str, Any], plot_urls: dict[st
                   f"| slice | rows | {primary} |", "|---|---|---|",
                   *[f"| {r['column']}={r['value']} | {r['rows']} | {r['metric']:.4f} |" for r in judged[:20]]]
     if plot_urls:
-        lines += ["", "Plots (MLflow artifacts; open with `make mlflow-ui` running):", ""]
+        lines += ["", "Plots (MLflow artifacts: `mlflow ui` on the tracking URI `ml-assets paths` prints):", ""]
         lines += [f"- [{name}]({url})" for name, url in plot_urls.items()]
         lines += ["", *[f"![{name}]({url})" for name, url in plot_urls.items()]]
     return "\n".join(lines)

@@ -196,7 +196,7 @@ def requirements() -> list[str]:
     (torch's ``+cpu``) is dropped, since an index serves ``2.13.0`` and a wheel's label says its build."""
     from importlib.metadata import distributions
 
-    installed = {(dist.metadata["Name"] or "").lower(): dist.version for dist in distributions()}
+    installed = {(dist.name or "").lower(): dist.version for dist in distributions()}
     return [f"{name}=={installed[name].split('+')[0]}" for name in SERVING_PACKAGES if name in installed]
 
 

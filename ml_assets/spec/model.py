@@ -108,6 +108,7 @@ class ModelSpec(StrictModel):
         features = _check_inputs(self, raw, leaky)
         _need(self.evaluation.slice_columns, "evaluation.slice_columns", features)
         _check_metrics(self)
+        _check_seasonal(self)
         return self
 
     @model_validator(mode="after")
@@ -159,6 +160,20 @@ class ModelSpec(StrictModel):
         # Where the factory's code lies is not what it is: its content is pinned by sha256 instead.
         data.get("model", {}).pop("code_path", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _check_seasonal(spec: ModelSpec) -> None:
+    """Seasonal columns are drift columns: features read as they are from the raw rows."""
+    seasonal = spec.validation.drift.seasonal
+    if seasonal is None:
+        return
+    raw = spec.data_schema.columns
+    judged = {c for c in spec.features.numeric_names if c in raw and raw[c].dtype in ("int64", "float64")}
+    judged |= {c for c in spec.features.categorical_names if c in raw}
+    unknown = [c for c in seasonal.columns if c not in judged]
+    if unknown:
+        raise ValueError(f"validation.drift.seasonal.columns: {unknown} are not drift columns (the features read as "
+                         f"they are from the raw rows: {sorted(judged)})")
 
 
 def _need(columns: list[str], where: str, known: set[str]) -> None:

@@ -55,6 +55,22 @@ class ColumnDrift(StrictModel):
         "check says so"))
 
 
+class SeasonalDrift(StrictModel):
+    """Columns that follow the calendar (temperature, daylight, holiday traffic), judged against the
+    same weeks one period earlier instead of the weeks just before: a season is not a break."""
+
+    columns: list[str] = Field(min_length=1, description=(
+        "drift columns (declared features) judged against the same weeks a period earlier"))
+    period_days: int = Field(default=364, ge=7, le=731, description=(
+        "how far back the seasonal reference lies: 364 (52 weeks: the same weekdays a year earlier), 7 for a "
+        "weekly pattern"))
+    margin_days: int = Field(default=14, ge=0, le=90, description=(
+        "the seasonal reference is the current window widened by this many days on each side, a period earlier"))
+    periods: int = Field(default=3, ge=1, le=10, description=(
+        "the same weeks of up to this many earlier periods, as many as the store holds: one year's weather "
+        "differs from the next, several years' span what is ordinary for the season"))
+
+
 class DriftSpec(StrictModel):
     reference_days: int = Field(default=14, ge=1, le=366, description="validated days on main before the current window")
     min_reference_days: int = Field(default=7, ge=1, description="fewer: drift is not judged, and the check says so")
@@ -81,12 +97,37 @@ class DriftSpec(StrictModel):
         "the reference days' label rates by feature value must rank the day's labels at least this well "
         "(ROC-AUC); binary classification, and each class of a multiclass label"))
     columns: dict[str, ColumnDrift] = Field(default={}, description="per-column limits overriding the defaults")
+    seasonal: SeasonalDrift | None = Field(default=None, description=(
+        "columns judged against the same weeks a period (a year) earlier; not judged until the store holds them"))
+
+    def seasonal_reference(self, day: dt.date) -> list[tuple[dt.date, dt.date]]:
+        """The first and last day of each span of ``day``'s seasonal reference, the latest first (none
+        when the spec declares no seasonal columns)."""
+        if self.seasonal is None:
+            return []
+        start = day - dt.timedelta(days=self.current_days - 1)
+        margin = dt.timedelta(days=self.seasonal.margin_days)
+        spans = []
+        for n in range(1, self.seasonal.periods + 1):
+            back = dt.timedelta(days=n * self.seasonal.period_days)
+            spans.append((start - back - margin, day - back + margin))
+        return spans
+
+    def seasonal_lookback_days(self) -> int:
+        """How many days before a day its seasonal reference reaches."""
+        if self.seasonal is None:
+            return 0
+        return self.current_days + self.seasonal.periods * self.seasonal.period_days + self.seasonal.margin_days
 
     @model_validator(mode="after")
     def _windows_fit(self) -> DriftSpec:
         if self.current_days > self.reference_days:
             raise ValueError(f"current_days ({self.current_days}) is larger than reference_days ({self.reference_days}): "
                              "the reference must span at least the window it is compared with")
+        if self.seasonal is not None and self.seasonal.period_days < self.current_days + 2 * self.seasonal.margin_days:
+            raise ValueError(f"seasonal.period_days ({self.seasonal.period_days}) is shorter than the current window "
+                             f"and its margins ({self.current_days} + 2 x {self.seasonal.margin_days}): the seasonal "
+                             "reference would overlap the window it is compared with")
         if self.min_reference_days > self.reference_days:
             raise ValueError(f"min_reference_days ({self.min_reference_days}) is larger than reference_days "
                              f"({self.reference_days}): drift could never be judged")

@@ -91,9 +91,11 @@ def _current_window(rows: pl.DataFrame, earlier: pl.DataFrame | None, reference:
 
 
 def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame, earlier: pl.DataFrame | None = None,
-                day: dt.date | None = None) -> CheckOutcome:
+                day: dt.date | None = None, seasonal: pl.DataFrame | None = None) -> CheckOutcome:
     """``reference`` holds the reference days' rows, ``earlier`` the current window's days before ``day``
-    (both with their day in column ``__day``)."""
+    and ``seasonal`` the seasonal reference's (the same weeks a period earlier), each with its day in
+    column ``__day``. The spec's seasonal columns are judged against ``seasonal``, the others against
+    ``reference``."""
     cfg = spec.validation.drift
     days = reference[DAY].n_unique() if reference.height else 0
     if days < cfg.min_reference_days or rows.height == 0:
@@ -104,6 +106,7 @@ def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame, ea
     numeric, categorical = drift_columns(spec)
     numeric, categorical = [c for c in numeric if c in comparable], [c for c in categorical if c in comparable]
     found = _Findings()
+    references = _references(cfg, day, reference, seasonal, current, found)
     window_days = 1 + (earlier[DAY].n_unique() if earlier is not None and earlier.height else 0)
     found.observed.update({"current window days": window_days, "current window rows": current.height,
                            "reference days": days, "reference rows": reference.height})
@@ -111,9 +114,17 @@ def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame, ea
         if col in cfg.columns and not cfg.columns[col].judged:
             found.not_judged[col] = "expected to drift (validation.drift.columns.<column>.judged: false)"
             continue
-        sizes = [len(_values(f, col)) if col in numeric else f[col].drop_nulls().len() for f in (current, reference)]
-        if (why := too_few(*sizes, cfg.min_rows)) is not None:
-            found.not_judged[col] = why
+        if col in found.not_judged:  # a seasonal column without its reference
+            continue
+
+        def size(frame: pl.DataFrame, col: str = col) -> int:
+            return len(_values(frame, col)) if col in numeric else frame[col].drop_nulls().len()
+
+        refs = references.get(col, [reference])
+        usable = [r for r in refs if too_few(size(current), size(r), cfg.min_rows) is None]
+        if not usable:
+            found.not_judged[col] = too_few(size(current), max(size(r) for r in refs), cfg.min_rows)
+        references[col] = usable
     start = day - dt.timedelta(days=cfg.current_days - 1) if day else None
     labels = {name: found_label for name, expr in binary_labels(spec).items()
               if (found_label := labelled(spec, current, reference, start, expr)) is not None}
@@ -125,10 +136,10 @@ def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame, ea
     alpha = cfg.significance / max(tests, 1)  # Bonferroni: the day's tests share the significance
     for col in categorical:
         if col not in found.not_judged:
-            _categorical(cfg, col, reference[col], current[col], alpha, found)
+            _categorical(cfg, col, [r[col] for r in references[col]], current[col], alpha, found)
     for col in numeric:
         if col not in found.not_judged:
-            _numeric(cfg, col, _values(reference, col), _values(current, col), alpha, found)
+            _numeric(cfg, col, [_values(r, col) for r in references[col]], _values(current, col), alpha, found)
     for name, label in labels.items():
         _label(cfg, name, label, numeric, [*numeric, *categorical], alpha, found, alone=len(labels) == 1)
     if len(labels) > 1:
@@ -139,23 +150,61 @@ def drift_check(spec: ModelSpec, rows: pl.DataFrame, reference: pl.DataFrame, ea
                         found.counts, found.observed, found.expected)
 
 
-def _categorical(cfg: DriftSpec, col: str, reference: pl.Series, current: pl.Series, alpha: float, found: _Findings
-                 ) -> None:
-    counts = pooled_counts(reference, current, MIN_SHARE, cfg.min_expected_count)
-    value, p, bound = psi_of(counts), chi_square_p(counts), _limit(cfg, col, "psi")
+def _references(cfg: DriftSpec, day: dt.date | None, reference: pl.DataFrame, seasonal: pl.DataFrame | None,
+                current: pl.DataFrame, found: _Findings) -> dict[str, list[pl.DataFrame]]:
+    """Each seasonal column's references: the same weeks of each earlier period the store holds at
+    least ``min_reference_days`` of. Such a column drifts only when the window is unlike every one of
+    them: one year's weather differs from the next, and a season is ordinary when it resembles one
+    of the seasons before it. Until the store holds one (a year of history, for a yearly season) a
+    seasonal column is not judged: against the weeks just before, a season would look like drift."""
+    spans = cfg.seasonal_reference(day) if day is not None else []
+    if cfg.seasonal is None or not spans:
+        return {}
+    periods = []
+    for first, last in spans:
+        part = (seasonal.filter(pl.col(DAY).is_between(first, last)) if seasonal is not None and seasonal.height
+                else pl.DataFrame())
+        if part.height and part[DAY].n_unique() >= cfg.min_reference_days:
+            periods.append(part)
+    where = ", ".join(f"{a}..{b}" for a, b in spans)
+    found.observed["seasonal reference"] = f"{len(periods)} of the same weeks in earlier periods ({where})"
+    references = {}
+    for col in cfg.seasonal.columns:
+        fit = [p for p in periods if col in p.columns and col in current.columns and p[col].dtype == current[col].dtype]
+        if not fit:
+            found.not_judged[col] = (f"seasonal: no earlier period ({where}) has {cfg.min_reference_days} days on main "
+                                     "yet")
+        else:
+            references[col] = fit
+    return references
+
+
+def _categorical(cfg: DriftSpec, col: str, references: list[pl.Series], current: pl.Series, alpha: float,
+                 found: _Findings) -> None:
+    """PSI and chi-square against the reference (of several, the closest: see ``_references``)."""
+    counts, value, p, reference = min(((c, psi_of(c), chi_square_p(c), r) for r in references
+                                       for c in [pooled_counts(r, current, MIN_SHARE, cfg.min_expected_count)]),
+                                      key=lambda found_: found_[1])
+    bound = _limit(cfg, col, "psi")
     found.observed[f"{col} psi"], found.expected[f"{col} psi"] = round(value, 4), f"<= {bound} (or p >= {alpha:.2g})"
     found.observed[f"{col} chi-square p-value"] = float(f"{p:.3g}")
     if value > bound and p < alpha:
         found.problem(f"{col}: psi", f"{col}: PSI {value:.3f} > {bound} (chi-square p {p:.1e} < {alpha:.2g}, "
-                      f"{current.len()} vs {reference.len()} rows)")
+                      f"{current.len()} vs {reference.len()} rows{_of(references)})")
 
 
-def _numeric(cfg: DriftSpec, col: str, ref: np.ndarray, cur: np.ndarray, alpha: float, found: _Findings) -> None:
+def _of(references: list) -> str:
+    return f"; the closest of {len(references)} earlier periods" if len(references) > 1 else ""
+
+
+def _numeric(cfg: DriftSpec, col: str, references: list[np.ndarray], cur: np.ndarray, alpha: float,
+             found: _Findings) -> None:
+    """KS (and Wasserstein) against the reference (of several, the closest: see ``_references``)."""
     from scipy import stats  # imported when a check runs, not when definitions load
 
-    ks, p = ks_test(ref, cur)
+    (ks, p), ref = min(((ks_test(r, cur), r) for r in references), key=lambda found_: found_[0][0])
     wd = float(stats.wasserstein_distance(ref, cur)) / (float(np.std(ref)) or 1.0)
-    sizes = f"{len(cur)} vs {len(ref)} rows"
+    sizes = f"{len(cur)} vs {len(ref)} rows{_of(references)}"
     found.observed[f"{col} ks p-value"] = float(f"{p:.3g}")
     for measure, value in (("ks", ks), ("wasserstein", wd)):
         bound = _limit(cfg, col, measure)

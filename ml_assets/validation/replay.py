@@ -56,7 +56,8 @@ def replay(spec: ModelSpec, start: dt.date, end: dt.date, *, ignore_waivers: boo
         spec = type(spec).model_validate(data)
     read = read or (lambda s, d: read_day(s, d).tables[ROWS])
     drift = spec.validation.drift
-    keep = max(drift.current_days + drift.reference_days, 7 * spec.validation.volume.weeks)
+    keep = max(drift.current_days + drift.reference_days, 7 * spec.validation.volume.weeks,
+               drift.seasonal_lookback_days())
     published: dict[dt.date, pl.DataFrame] = {}
     day = max(start - dt.timedelta(days=keep), min(spec.partitioning.start, start))
     while day <= end:

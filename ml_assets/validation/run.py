@@ -43,6 +43,9 @@ class History(NamedTuple):
     """The rows of the ``reference_days`` days before the current window, their day in ``__day`` (drift)."""
     earlier: pl.DataFrame
     """The rows of the current window's ``current_days - 1`` days before the day, their day in ``__day``."""
+    seasonal: pl.DataFrame | None = None
+    """The rows of the seasonal reference (the same weeks a period earlier), their day in ``__day``;
+    None when the spec declares no seasonal columns."""
 
 
 Loaded = pl.LazyFrame | pl.DataFrame
@@ -66,7 +69,25 @@ def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Load
             counts[past] = loaded.select(pl.len()).collect().item() if isinstance(loaded, pl.LazyFrame) else loaded.height
     start = day - dt.timedelta(days=drift.current_days - 1)  # the current window's first day
     return History(counts, _dated({d: f for d, f in frames.items() if d < start}),
-                   _dated({d: f for d, f in frames.items() if d >= start}))
+                   _dated({d: f for d, f in frames.items() if d >= start}), _seasonal(spec, day, load, frames))
+
+
+def _seasonal(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Loaded | None],
+              loaded: dict[dt.date, pl.DataFrame]) -> pl.DataFrame | None:
+    """The seasonal reference's rows (days already ``loaded`` for the trailing reference are reused)."""
+    spans = spec.validation.drift.seasonal_reference(day)
+    if not spans:
+        return None
+    frames = {}
+    for first, last in spans:
+        for offset in range((last - first).days + 1):
+            past = first + dt.timedelta(days=offset)
+            found = loaded.get(past)
+            if found is None and (found := load(past)) is not None and isinstance(found, pl.LazyFrame):
+                found = found.collect()
+            if found is not None:
+                frames[past] = found
+    return _dated(frames)
 
 
 def _dated(frames: dict[dt.date, pl.DataFrame]) -> pl.DataFrame:
@@ -93,7 +114,8 @@ def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.d
 
 
 def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
-               reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None) -> list[CheckOutcome]:
+               reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None,
+               seasonal: pl.DataFrame | None = None) -> list[CheckOutcome]:
     """Every enabled check's outcome, in ``check_names`` order; a disabled one does not run."""
     on = set(enabled_names(spec))
     # The four pandera-based checks come from one validation; a disabled one's findings are dropped.
@@ -108,7 +130,7 @@ def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[
         # Drift describes the valid rows: rows already failing a row-level check are reported there.
         invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if k in on and not outcomes[k].passed))
         outcomes[DRIFT] = drift_check(spec, without_rows(rows, invalid),
-                                      reference if reference is not None else pl.DataFrame(), earlier, day)
+                                      reference if reference is not None else pl.DataFrame(), earlier, day, seasonal)
     for target in spec.validation.custom_checks:
         if check_name(target) in on:
             outcomes[check_name(target)] = run_custom(target, rows)
@@ -169,15 +191,16 @@ class Verdict:
 
 
 def judge(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
-          reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None) -> Verdict:
+          reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None,
+          seasonal: pl.DataFrame | None = None) -> Verdict:
     """Run the checks; with quarantine on and few enough row-level failures, set those rows aside and
     check again exactly what is left (the snapshot publishes that)."""
-    outcomes = run_checks(spec, rows, day, history, reference, earlier)
+    outcomes = run_checks(spec, rows, day, history, reference, earlier, seasonal)
     quarantined = quarantinable(spec, outcomes, rows.height)
     if not quarantined:
         return Verdict(outcomes, rows)
     clean = without_rows(rows, quarantined)
-    return Verdict(run_checks(spec, clean, day, history, reference, earlier), clean, quarantined)
+    return Verdict(run_checks(spec, clean, day, history, reference, earlier, seasonal), clean, quarantined)
 
 
 def failure_message(spec: ModelSpec, day: dt.date, failed: list[CheckOutcome]) -> str:
