@@ -32,11 +32,15 @@ class DgProject:
     """The folder of the project's pyproject.toml."""
     defs_dir: Path
     """The folder of the defs module, where dg finds component files."""
+    name: str = ""
+    """The distribution the pyproject.toml declares (``[project] name``)."""
 
     @property
     def is_this_checkout(self) -> bool:
-        """This repository's own checkout, whose defs folder is the bundled models directory."""
-        return self.root == Path(__file__).resolve().parents[1] and (self.root / "ml_assets").is_dir()
+        """This repository's own checkout, whose defs folder is the bundled models directory. (Not
+        merely the folder above the package: installed, that is site-packages, where a project's
+        wheel may have put its own pyproject.toml, as create-dagster's template does.)"""
+        return self.name == "ml-assets" and self.root == Path(__file__).resolve().parents[1]
 
     def env_file(self) -> dict[str, str]:
         """The variables of the project's ``.env`` (what ``dg dev`` gives its code servers)."""
@@ -78,7 +82,8 @@ def project_at(root: Path) -> DgProject | None:
     if not isinstance(root_module, str) or not root_module:
         raise ProjectError(f"{path}: [tool.dg.project] root_module: a dg project names its root module")
     defs_module = settings.get("defs_module") or f"{root_module}.defs"
-    return DgProject(root=root, defs_dir=_module_dir(root, defs_module))
+    name = data.get("project", {}).get("name", "")
+    return DgProject(root=root, defs_dir=_module_dir(root, defs_module), name=name if isinstance(name, str) else "")
 
 
 def find_project(start: Path | None = None) -> DgProject | None:

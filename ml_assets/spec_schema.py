@@ -85,9 +85,15 @@ def write(directory: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ml_assets.spec_schema", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a packaged schema is stale")
-    parser.add_argument("--output", type=Path, default=PACKAGED,
-                        help="the folder to write them to (default: the package's own copies)")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="the folder to write them to (default: the package's own copies in this checkout, "
+                             "else schema/ here)")
     args = parser.parse_args(argv)
+    if args.output is None:  # an installed package's folder is not the user's to write in
+        from ml_assets.project import project_at
+
+        checkout = project_at(PACKAGED.parents[1])
+        args.output = PACKAGED if checkout is not None and checkout.is_this_checkout else Path("schema")
     if args.check:
         outdated = stale(args.output)
         for path in outdated:

@@ -4,6 +4,7 @@ paths in a spec; the URIs `ml-assets paths` prints."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,9 @@ def test_a_project_is_found_from_any_folder_inside_it_with_its_defs_folder(tmp_p
     assert found is not None and found.root == tmp_path and found.defs_dir == defs
     assert not found.is_this_checkout
     assert project_at(REPO).is_this_checkout and project_at(REPO).defs_dir == BUNDLED_MODELS_DIR
+    # Installed, the folder above the package is site-packages, where create-dagster's template puts
+    # the project's own pyproject.toml: that is not this checkout.
+    assert not replace(project_at(REPO), name="flights_project").is_this_checkout
     assert find_project(tmp_path.parent) is None or find_project(tmp_path.parent).root != tmp_path
 
 
@@ -78,8 +82,6 @@ def test_a_projects_models_are_its_model_components_only(tmp_path, spec_dict, mo
 
 
 def test_outside_any_project_and_without_a_models_directory_no_model_loads(tmp_path, monkeypatch):
-    from dataclasses import replace
-
     settings = replace(load_settings(project_root=tmp_path), project=None, models_dirs=())
     with pytest.raises(SpecError) as raised:
         load_declared_specs(settings)
