@@ -13,6 +13,8 @@ import pytest
 
 from ml_assets import cli
 from ml_assets.runs import failure_reasons
+from ml_assets.settings import load_settings
+from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files, small_training, write_spec
 
 pytestmark = pytest.mark.e2e
@@ -39,6 +41,8 @@ def test_backfill_ingests_a_window_skips_published_days_and_ends_with_why_a_day_
                              models_dir=tmp_path / "models")
     assert code == 0, err[-3000:]
     assert "flights_delay: 2 day(s) ingested, validated and featurized, 0 already published" in out
+    store = LocalVersionStore(load_settings().version_store_root)
+    main_before = store.branch_head("flights-delay", "main")
     code, out, err = run_cli("backfill", "flights_delay", "--start", "2013-03-04", "--end", "2013-03-06",
                              models_dir=tmp_path / "models")
     assert code == 1
@@ -47,6 +51,9 @@ def test_backfill_ingests_a_window_skips_published_days_and_ends_with_why_a_day_
     assert last[0].startswith("ml-assets backfill: the run for 2013-03-06 failed")
     assert "flights_delay__raw_data:" in last[1] and "no parquet files match" in last[1]
     assert str(tmp_path / "data" / "flights" / "2013-03-06.parquet") in last[1]
+    # The day failed before anything was written: main as it was, no branch left behind.
+    assert store.branch_head("flights-delay", "main") == main_before
+    assert set(store.list_branches("flights-delay")) == {"main"}
     code, _, err = run_cli("backfill", "flights_delay", "--start", "2012-12-30", "--end", "2013-01-02",
                            models_dir=tmp_path / "models")
     assert code == 2 and "outside the model's partitions (2013-01-01..2013-12-31)" in err
