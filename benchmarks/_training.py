@@ -17,8 +17,8 @@ import polars as pl
 
 from ml_assets.features.build import build_features
 from ml_assets.features.state import fit_state, state_bytes
+from ml_assets.ingest.sources import _bundled_table, local_day
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import _bundled_table, local_day
 from ml_assets.spec import load_spec
 from ml_assets.trainer.config import DataRef, TrainConfig
 

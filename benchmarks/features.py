@@ -40,8 +40,8 @@ from ml_assets.calendar import holiday_near
 from ml_assets.features.build import build_features, build_lazy
 from ml_assets.features.state import OOV, fit_state, stable_hash, transform, transform_lazy
 from ml_assets.features.window import featurize_out_of_core
+from ml_assets.ingest.sources import _bundled_table
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import _bundled_table
 from ml_assets.spec import ModelSpec, load_spec
 
 

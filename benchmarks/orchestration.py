@@ -71,16 +71,17 @@ import yaml
 
 from benchmarks._processes import free_port
 from ml_assets.definitions import build_definitions
-from ml_assets.defs.common import STAGES, asset_key
-from ml_assets.defs.model import BUILDERS
 from ml_assets.deploy.run_launcher import DUMP_STACKS, WORKER_PRELOAD
 from ml_assets.instance import PRODUCTION_INSTANCE
 from ml_assets.model_files import load_all_model_specs
+from ml_assets.pipeline.graph import DAILY_STAGES as STAGES
+from ml_assets.pipeline.graph import ModelGraph, Stage
+from ml_assets.pipeline.model import BUILDERS
 from ml_assets.platform import local_resources
 from ml_assets.records.runs import PID_TAG
-from ml_assets.resources import TorchrunLauncher
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_specs
+from ml_assets.training.launcher import TorchrunLauncher
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "flights_delay"
@@ -163,10 +164,11 @@ def _plain_graph_process(day: dt.date, window: list[dt.date]) -> None:
     seconds: dict[str, float] = {"imports": time.perf_counter() - started}
     settings = load_settings()
     spec = next(s for s in load_all_model_specs(settings.models_dirs) if s.name == MODEL)
-    assets = dict(zip(STAGES, [build(spec) for build in BUILDERS], strict=True))
+    assets = {stage: build(spec) for stage, build in BUILDERS.items()}
+    graph = ModelGraph(spec)
     resources = {**local_resources(settings), "launcher": PlainLauncher()}
     with dg.DagsterInstance.get() as source, dg.DagsterInstance.ephemeral() as instance:
-        features = asset_key(spec, "features")
+        features = graph.key(Stage.FEATURES)
         for d in window:  # the training window's feature records, as the daily run reads them
             record = source.fetch_materializations(dg.AssetRecordsFilter(
                 asset_key=features, asset_partitions=[d.isoformat()]), limit=1).records[0]
@@ -181,7 +183,7 @@ def _plain_graph_process(day: dt.date, window: list[dt.date]) -> None:
             if stage == "trained_checkpoint":
                 samples_per_s = result.metadata["samples_per_s"]
             instance.report_runless_asset_event(dg.AssetMaterialization(
-                asset_key(spec, stage), partition=day.isoformat(), metadata=result.metadata))
+                graph.key(stage), partition=day.isoformat(), metadata=result.metadata))
     print(json.dumps({"seconds": seconds, "samples_per_s": getattr(samples_per_s, "value", samples_per_s)}))
 
 

@@ -40,7 +40,7 @@ import polars as pl
 from benchmarks._training import SPEC, env, median, ref, spec_training, torchrun
 from ml_assets.features.build import build_features
 from ml_assets.features.state import fit_state, state_bytes
-from ml_assets.sources import _bundled_table, local_day
+from ml_assets.ingest.sources import _bundled_table, local_day
 from ml_assets.trainer.config import TrainConfig
 
 FIRST_DAY = dt.date(2013, 1, 2)  # the first whole local day (the first UTC hours of 2013 are Dec 31 in New York)

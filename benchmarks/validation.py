@@ -41,10 +41,10 @@ import pandera.pandas as ppa
 import polars as pl
 
 from ml_assets.features.build import build_features
+from ml_assets.ingest.sources import _bundled_table
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import _bundled_table
 from ml_assets.spec import DataSchema, load_spec
-from ml_assets.validation.schema import build_schema, schema_checks
+from ml_assets.validation.schema_checks import build_schema, schema_checks
 
 PANDAS_DTYPES = {"int64": "Int64", "float64": "Float64", "string": "string", "bool": "boolean"}
 

@@ -2,7 +2,7 @@
 
 ``dagster ... -m ml_assets`` finds the Definitions as ``ml_assets.code_location``. It is built on
 first access (PEP 562) so that the trainer, which runs as ``ml_assets.trainer`` under torchrun,
-never imports dagster. (Not named ``defs``: the ``defs/`` subpackage would shadow it.)
+never imports dagster.
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ml_assets import lineage as lin
-from ml_assets import promotion, registry
 from ml_assets.layout import META_FILE, WEIGHTS_FILE
 from ml_assets.names import repo_for_model
 from ml_assets.processes import child_env
-from ml_assets.records import VersionTags
+from ml_assets.promotion import moves as promotion
+from ml_assets.registry import versions as registry
+from ml_assets.registry.record import VersionTags
 from ml_assets.trainer import code_pin
 
 
@@ -183,7 +184,7 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(config.to_json())
     world = int(tags.world_size or 1)
-    from ml_assets.resources.training import TorchrunLauncher
+    from ml_assets.training.launcher import TorchrunLauncher
 
     command = TorchrunLauncher().command(str(path), world, 0)
     env = child_env({**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})

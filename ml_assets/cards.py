@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ml_assets.layout import MLFLOW_EVALUATION, MLFLOW_PLOTS
-from ml_assets.records import VersionTags
+from ml_assets.registry.record import VersionTags
 from ml_assets.spec import ModelSpec
 
 MLFLOW_CARD = "card"
@@ -34,7 +34,7 @@ PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion_matrix
 def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> dict[str, Any]:
     """Everything a card shows of one version, JSON-able. ``promotions``: the promotion log's records
     (ml_assets.promotion.history); those naming this version are kept."""
-    from ml_assets import registry
+    from ml_assets.registry import versions as registry
 
     mv = registry.get_version(client, spec.name, version)
     tags = VersionTags.from_tags(mv.tags)
@@ -210,7 +210,7 @@ def build(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]
 def publish(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> str:
     """Build the card and log it to the version's MLflow run (``card/``); returns the markdown. A
     version registered by hand without a run gets no logged card (``ml-assets card`` still builds it)."""
-    from ml_assets import registry
+    from ml_assets.registry import versions as registry
 
     text, page = build(client, spec, version, promotions)
     run_id = registry.get_version(client, spec.name, version).run_id

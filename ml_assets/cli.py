@@ -94,10 +94,10 @@ def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waiver
     """Exit 0 when every day passes, 1 when some fail, 2 on a bad model or date."""
     import json
 
-    from ml_assets import sources
+    from ml_assets.ingest import sources
+    from ml_assets.ingest.sources import SourceError
     from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
-    from ml_assets.sources import SourceError
     from ml_assets.spec import SpecError
     from ml_assets.validation.replay import replay
 
@@ -155,9 +155,9 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     """Promote or roll back through the promotion job (the same audited path the sensor uses)."""
     import getpass
 
-    from ml_assets import registry
     from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
+    from ml_assets.registry import versions as registry
     from ml_assets.spec import SpecError
 
     settings = load_settings()
@@ -172,12 +172,13 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     prepare_home(settings)
     import dagster as dg
 
-    from ml_assets.defs.common import asset_key
-    from ml_assets.promotion.assets import promotion_run_config
-    from ml_assets.records import PromotionRecord
+    from ml_assets.pipeline.graph import ModelGraph, Stage
+    from ml_assets.promotion.config import promotion_run_config
+    from ml_assets.promotion.record import PromotionRecord
     from ml_assets.runs import model_defs, report_failure
 
-    job = model_defs(settings, spec).resolve_job_def(f"{spec.name}_promote")
+    graph = ModelGraph(spec)
+    job = model_defs(settings, spec).resolve_job_def(graph.promote_job)
     actor = f"cli {getpass.getuser()}"
     result = job.execute_in_process(
         run_config=promotion_run_config(spec, command, version or "", reason, actor),
@@ -185,8 +186,8 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
         tags={"ml_assets/model": spec.name, "ml_assets/promotion": command},
     )
     if not result.success:
-        return report_failure(result, f"of {spec.name}_promote", f"ml-assets {command}")
-    materialization = result.asset_materializations_for_node(asset_key(spec, "production_model").to_python_identifier())[-1]
+        return report_failure(result, f"of {graph.promote_job}", f"ml-assets {command}")
+    materialization = result.asset_materializations_for_node(graph.key(Stage.PRODUCTION_MODEL).to_python_identifier())[-1]
     done = PromotionRecord.from_metadata(materialization.metadata)
     print(f"{spec.name}: @champion is version {done.champion_version} ({done.outcome}: {done.decision}; "
           f"previous {done.previous_version}); recorded in {done.promotions_log} and the version's MLflow tags")
@@ -198,8 +199,8 @@ def audit(model: str, version: str | None, fmt: str) -> int:
 
     from ml_assets import audit as aud
     from ml_assets import lineage as lin
-    from ml_assets import registry
     from ml_assets.names import InvalidName
+    from ml_assets.registry import versions as registry
 
     settings = load_settings()
     try:
@@ -213,9 +214,11 @@ def audit(model: str, version: str | None, fmt: str) -> int:
 
 def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
     """Print (or write) a version's model card, built from its records now; 2 on a bad model or version."""
-    from ml_assets import cards, promotion, registry
+    from ml_assets import cards
     from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
+    from ml_assets.promotion import moves as promotion
+    from ml_assets.registry import versions as registry
     from ml_assets.spec import SpecError
 
     settings = load_settings()
@@ -242,9 +245,9 @@ def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
 
 def reproduce(model: str, version: str, workdir: str | None, registered_code: bool = False) -> int:
     from ml_assets import audit as aud
-    from ml_assets import registry
-    from ml_assets.defs.common import package_code_version
+    from ml_assets.code_version import package_code_version
     from ml_assets.names import InvalidName
+    from ml_assets.registry import versions as registry
 
     settings = load_settings()
     where = Path(workdir) if workdir else settings.home / "reproduce"

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from ml_assets import sources
-from ml_assets.defs.model import build_model_defs
+from ml_assets.ingest import sources
 from ml_assets.model_files import load_declared_specs
+from ml_assets.pipeline.model import build_model_defs
 from ml_assets.platform import alert_sensors, local_resources, step_executor
 from ml_assets.settings import Settings, load_settings
 

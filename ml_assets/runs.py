@@ -18,14 +18,13 @@ if TYPE_CHECKING:
     from ml_assets.spec import ModelSpec
 
 LOG_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
-INGEST_STAGES = ("raw_data", "validated_snapshot", "features")
 
 
 def prepare_home(settings: Settings) -> None:
     """Create the home and point Dagster at an instance: ``DAGSTER_HOME`` when it is set (the one
     ``dg dev`` and ``dg launch`` use), else ``<home>/dagster``, given the package's local instance
     configuration when it has none."""
-    from ml_assets import sources
+    from ml_assets.ingest import sources
     from ml_assets.instance import LOCAL_INSTANCE
 
     sources.use_cache(settings.home / "cache")
@@ -74,10 +73,9 @@ def report_failure(result: dg.ExecuteInProcessResult, what: str, command: str) -
 
 def published(instance: dg.DagsterInstance, spec: ModelSpec, day: dt.date) -> bool:
     """The day's features exist: its rows were ingested, passed their checks, were published and featurized."""
-    from ml_assets.defs.common import asset_key
-    from ml_assets.records.read import latest_event
+    from ml_assets.pipeline.graph import ModelGraph, Stage
 
-    return latest_event(instance, asset_key(spec, "features"), day.isoformat()) is not None
+    return ModelGraph(spec).materialized(instance, Stage.FEATURES, day.isoformat())
 
 
 def days_between(start: dt.date, end: dt.date) -> Iterable[dt.date]:
@@ -91,7 +89,7 @@ def backfill(settings: Settings, spec: ModelSpec, start: dt.date, end: dt.date, 
     days already published unless ``force``. Stops at the first failed day, saying why."""
     import dagster as dg
 
-    from ml_assets.defs.common import asset_key
+    from ml_assets.pipeline.graph import INGEST_STAGES, ModelGraph
 
     if end < start:
         raise ValueError(f"--end {end} is before --start {start}")
@@ -100,7 +98,7 @@ def backfill(settings: Settings, spec: ModelSpec, start: dt.date, end: dt.date, 
         raise ValueError(f"{start}..{end} is outside the model's partitions ({first}..{last or 'open'})")
     prepare_home(settings)
     instance = dg.DagsterInstance.get()
-    job = model_defs(settings, spec).resolve_job_def(f"{spec.name}_ingest")
+    job = model_defs(settings, spec).resolve_job_def(ModelGraph(spec).ingest_job)
     days = list(days_between(start, end))
     done = skipped = 0
     for i, day in enumerate(days, start=1):
@@ -110,7 +108,6 @@ def backfill(settings: Settings, spec: ModelSpec, start: dt.date, end: dt.date, 
             continue
         print(f"[{i}/{len(days)}] {day}: {' -> '.join(INGEST_STAGES)}", flush=True)
         result = job.execute_in_process(partition_key=day.isoformat(), instance=instance, raise_on_error=False,
-                                        asset_selection=[asset_key(spec, s) for s in INGEST_STAGES],
                                         tags={"ml_assets/model": spec.name, "ml_assets/backfill": f"{start}..{end}"})
         if not result.success:
             print(f"{done} day(s) ingested, {skipped} skipped before {day}", file=sys.stderr)

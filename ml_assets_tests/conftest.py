@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from benchmarks._processes import free_port  # noqa: F401 - a free TCP port on loopback, for a test's server
+from ml_assets.ingest.sources import _bundled_table
 from ml_assets.instance import LOCAL_INSTANCE
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import _bundled_table
 
 BUNDLED_SPEC = BUNDLED_MODELS_DIR / "flights_delay.yaml"
 VENV_BIN = Path(sys.executable).parent

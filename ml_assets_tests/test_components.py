@@ -21,13 +21,13 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from ml_assets.components import ModelComponent, render_skeleton
-from ml_assets.defs.common import STAGES
 from ml_assets.model_files import (
     COMPONENT_TYPE,
     load_component_spec,
     load_model_spec,
     load_model_specs,
 )
+from ml_assets.pipeline.graph import DAILY_STAGES as STAGES
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import SpecError, load_spec
 from ml_assets.spec_schema import COMPONENT_SCHEMA, PACKAGED, SPEC_SCHEMA, stale

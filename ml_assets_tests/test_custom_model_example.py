@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ml_assets.definitions import build_definitions
-from ml_assets.records import VersionTags
+from ml_assets.registry.record import VersionTags
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_spec
 from ml_assets_tests.conftest import cli_env

@@ -5,7 +5,7 @@ import dagster as dg
 import pytest
 
 from ml_assets.definitions import build_definitions
-from ml_assets.defs.common import STAGES
+from ml_assets.pipeline.graph import DAILY_STAGES as STAGES
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError
 from ml_assets_tests.conftest import cli_env, write_spec

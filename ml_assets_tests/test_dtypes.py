@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 
 from ml_assets.features.build import build_features
-from ml_assets.sources import read_day
+from ml_assets.ingest.sources import read_day
 from ml_assets.spec import DataSchema, ModelSpec
-from ml_assets.validation.schema import NULLS, RANGES, SCHEMA, schema_checks
+from ml_assets.validation.schema_checks import NULLS, RANGES, SCHEMA, schema_checks
 
 ZONE = "America/New_York"
 

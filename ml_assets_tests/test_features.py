@@ -22,7 +22,7 @@ from ml_assets.features.state import (
     transform,
     transform_lazy,
 )
-from ml_assets.sources import local_day, read_day
+from ml_assets.ingest.sources import local_day, read_day
 from ml_assets.spec import ModelSpec, load_spec
 from ml_assets_tests.conftest import BUNDLED_SPEC
 
@@ -281,7 +281,7 @@ def test_a_window_out_of_core_equals_the_in_memory_path(spec, tmp_path):
     from polars.testing import assert_frame_equal
 
     from ml_assets.features.window import featurize_out_of_core
-    from ml_assets.sources import _bundled_table
+    from ml_assets.ingest.sources import _bundled_table
 
     days = [dt.date(2013, 7, 1) + dt.timedelta(days=k) for k in range(9)]
     rows = pl.concat([read_day(spec, d).tables["rows"] for d in days])
@@ -307,7 +307,7 @@ def test_a_window_out_of_core_equals_the_in_memory_path(spec, tmp_path):
 def test_the_features_code_version_follows_the_feature_section_and_the_transform_code(spec, tmp_path, monkeypatch):
     import dagster as dg
 
-    from ml_assets.defs.features.assets import build_features_asset
+    from ml_assets.features.assets import build_features_asset
 
     key = dg.AssetKey([spec.name, "features"])
 

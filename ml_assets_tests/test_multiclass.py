@@ -25,16 +25,17 @@ from ml_assets.evaluation import report as rep
 from ml_assets.evaluation.metrics import MULTICLASS_METRICS
 from ml_assets.features.build import FeatureError, build_features
 from ml_assets.features.state import fit_state, state_bytes
-from ml_assets.records import CheckpointRecord, VersionTags
+from ml_assets.ingest.sources import read_day
+from ml_assets.registry.record import VersionTags
 from ml_assets.serving import pyfunc
 from ml_assets.serving.predict import predict
-from ml_assets.sources import read_day
 from ml_assets.spec import ModelSpec
-from ml_assets.spec.trainer_config import train_config
 from ml_assets.trainer.checkpoint import load_checkpoint
 from ml_assets.trainer.config import DataRef
 from ml_assets.trainer.data import to_tensors
 from ml_assets.trainer.result import TrainingResult
+from ml_assets.training.record import CheckpointRecord
+from ml_assets.training.trainer_config import train_config
 from ml_assets_tests.conftest import multiclass, small_training
 from ml_assets_tests.trainer.toy import complete_checkpoints, run, torchrun_args
 

@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy
 import yaml
 
+from ml_assets.ingest.sources import SourceError, read_day
 from ml_assets.model_files import NO_MODELS, load_declared_spec, load_declared_specs
 from ml_assets.project import find_project, project_at
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings, public_url
-from ml_assets.sources import SourceError, read_day
 from ml_assets.spec import SpecError, load_spec
 from ml_assets_tests.test_components import COMPONENT_TYPE, new_project
 

@@ -3,7 +3,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from ml_assets.sources import SourceError, _bundled_table, read_day, slice_day
+from ml_assets.ingest.sources import SourceError, _bundled_table, read_day, slice_day
 from ml_assets.spec import ModelSpec, load_spec
 from ml_assets_tests.conftest import BUNDLED_SPEC, flights_files
 
@@ -126,7 +126,7 @@ def test_non_utf8_csv_is_a_clear_error_naming_the_file(tmp_path, spec_dict):
 
 def test_truncated_csv_row_is_caught_by_the_nulls_check(tmp_path, spec_dict):
     """A CSV cut mid-row reads with the cut row's missing fields as nulls: the nulls check names them."""
-    from ml_assets.validation.schema import NULLS, schema_checks
+    from ml_assets.validation.schema_checks import NULLS, schema_checks
 
     spec = _csv_source(tmp_path, spec_dict, lambda raw: raw[: len(raw) // 3].rsplit(b"\n", 1)[0] + b"\n2013,3,10,5")
     rows = read_day(spec, DAY).tables["rows"]
@@ -136,8 +136,8 @@ def test_truncated_csv_row_is_caught_by_the_nulls_check(tmp_path, spec_dict):
 
 
 def test_the_definitions_keep_parsed_bundled_tables_under_the_home(tmp_path):
-    from ml_assets import sources
     from ml_assets.definitions import build_definitions
+    from ml_assets.ingest import sources
     from ml_assets.settings import load_settings
 
     build_definitions(load_settings({"ML_ASSETS_HOME": str(tmp_path)}))

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from ml_assets.spec import SpecError, load_spec
-from ml_assets.spec.trainer_config import model_settings, train_config
 from ml_assets.trainer import code_pin
 from ml_assets.trainer.config import DataRef
+from ml_assets.training.trainer_config import FROM_SPEC, train_config
 from ml_assets.tuning.space import config_overrides, suggest
 from ml_assets_tests.conftest import write_spec
 
@@ -72,6 +72,12 @@ def error(path: Path) -> str:
     with pytest.raises(SpecError) as info:
         load_spec(path)
     return str(info.value)
+
+
+def model_settings(spec) -> dict:
+    """The trainer's fields the model section gives."""
+    config = config_of(spec)
+    return {name: getattr(config, name) for name, path in FROM_SPEC.items() if path.startswith("model.")}
 
 
 def config_of(spec, overrides: dict | None = None):
@@ -241,8 +247,8 @@ def test_the_spec_fingerprint_ignores_where_the_factorys_code_lies(tmp_path, spe
 
 
 def test_the_trained_checkpoints_code_version_changes_with_the_factorys_code(tmp_path, spec_dict):
-    from ml_assets.defs.common import code_version
-    from ml_assets.defs.training.assets import build_trained_checkpoint
+    from ml_assets.code_version import code_version
+    from ml_assets.training.assets import build_trained_checkpoint
 
     name = as_factory(spec_dict, tmp_path)
     spec = load_spec(write_spec(tmp_path, spec_dict))

@@ -1,5 +1,6 @@
-"""The trainer's config from the spec: every field on either side has one declared source or none,
-and the config is the one the hand-written copy of ~30 fields used to give."""
+"""The trainer's config from the spec: every TrainConfig field names the spec setting it reads or
+none, every training setting is read by one field or marked ORCHESTRATION where it is declared, and
+the config is the one the hand-written copy of ~30 fields used to give."""
 
 from __future__ import annotations
 
@@ -11,16 +12,10 @@ from pydantic import BaseModel
 
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec, TrainingSpec, load_spec
-from ml_assets.spec.trainer_config import (
-    FROM_ELSEWHERE,
-    FROM_MODEL,
-    FROM_TRAINING,
-    NESTED,
-    NOT_FOR_TRAINER,
-    model_settings,
-    train_config,
-)
+from ml_assets.spec.architecture import ArchitectureSpec
+from ml_assets.spec.base import ORCHESTRATION
 from ml_assets.trainer.config import DataRef, TrainConfig
+from ml_assets.training.trainer_config import FROM_SPEC, train_config
 from ml_assets.tuning.space import config_overrides
 from ml_assets_tests.conftest import BUNDLED_SPEC
 
@@ -52,16 +47,27 @@ OVERRIDES = [
 ]
 
 
-def _settings(section: type[BaseModel], prefix: str = "") -> set[str]:
-    """The section's leaf settings as dotted paths, less those declared not for the trainer."""
+# The TrainConfig fields no spec setting gives: this run's files and who runs it, and what a caller
+# sets itself or leaves to the trainer's default.
+SET_BY_THE_CALLER = {"train_files", "val_files", "feature_state", "output_dir", "owner", "data_mode",
+                     "checkpoint_dir", "max_steps", "threads", "epoch_log", "stream_cache_dir", "model_code"}
+FROM_TRAINING = {name: path.removeprefix("training.") for name, path in FROM_SPEC.items()
+                 if path.startswith("training.")}
+
+
+def _settings(section: type[BaseModel], prefix: str = "", marked: bool = False) -> set[str]:
+    """The section's leaf settings as dotted paths: those the trainer may read, or (``marked``) those
+    marked ORCHESTRATION (a marked subsection counts whole)."""
     paths = set()
     for name, info in section.model_fields.items():
         path = prefix + name
-        if path in NOT_FOR_TRAINER:
+        if ORCHESTRATION in info.metadata:
+            if marked:
+                paths.add(path)
             continue
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            paths |= _settings(info.annotation, f"{path}.")
-        else:
+            paths |= _settings(info.annotation, f"{path}.", marked)
+        elif not marked:
             paths.add(path)
     return paths
 
@@ -78,7 +84,7 @@ def _is_setting(path: str) -> bool:
 
 def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[DataRef], state: DataRef,
                  output_dir: str, overrides: dict | None = None, owner: str = "") -> TrainConfig:
-    """The field-by-field copy train_config replaces (ml_assets/defs/training/assets.py), as the reference."""
+    """The field-by-field copy train_config replaces (ml_assets/training/assets.py), as the reference."""
     training = spec.training
     values = dict(
         model=spec.name, task=spec.target.task, classes=list(spec.target.classes or []),
@@ -121,30 +127,28 @@ SPECS = {path.stem: lambda path=path: load_spec(path) for path in sorted(BUNDLED
 SPECS["every_setting_changed"] = _every_setting_changed
 
 
-def test_every_trainer_field_comes_from_one_training_setting_or_is_declared_from_elsewhere():
+def test_every_trainer_field_reads_one_spec_setting_or_is_set_by_the_caller():
     names = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert names >= FROM_ELSEWHERE, f"declared but not TrainConfig fields: {sorted(FROM_ELSEWHERE - names)}"
-    assert set(NESTED) <= set(FROM_TRAINING), f"not read from training: {sorted(set(NESTED) - set(FROM_TRAINING))}"
+    assert names - set(FROM_SPEC) == SET_BY_THE_CALLER
     unknown = {field: path for field, path in FROM_TRAINING.items() if not _is_setting(path)}
-    assert not unknown, (f"TrainConfig fields with no training setting {unknown}: name its setting in NESTED, "
-                         "or declare the field in FROM_ELSEWHERE")
-    assert len(set(FROM_TRAINING.values())) == len(FROM_TRAINING), "two TrainConfig fields read one setting"
+    assert not unknown, f"TrainConfig fields naming no training setting: {unknown}"
+    assert len(set(FROM_SPEC.values())) == len(FROM_SPEC), "two TrainConfig fields read one setting"
+    others = {field: path for field, path in FROM_SPEC.items() if not path.startswith("training.")}
+    assert {f for f, p in others.items() if p.startswith("model.")} == {
+        "family", "hidden_sizes", "dropout", "model_factory", "model_params", "model_code_path"}
+    for path in others.values():
+        section, _, setting = path.rpartition(".")
+        owner = {"model": ArchitectureSpec, "target": ModelSpec.model_fields["target"].annotation, "": ModelSpec}[section]
+        assert setting in owner.model_fields or isinstance(getattr(owner, setting, None), property), path
 
 
-def test_the_model_section_gives_its_fields_and_no_other_source_does():
-    spec = SPECS["every_setting_changed"]()
-    assert set(model_settings(spec)) == FROM_MODEL
-    assert not FROM_MODEL & (set(FROM_TRAINING) | FROM_ELSEWHERE)
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert names == set(FROM_TRAINING) | FROM_ELSEWHERE | FROM_MODEL
-
-
-def test_every_training_setting_reaches_the_trainer_or_is_declared_not_for_it():
-    assert all(_is_setting(path) for path in NOT_FOR_TRAINER), sorted(p for p in NOT_FOR_TRAINER if not _is_setting(p))
+def test_every_training_setting_reaches_the_trainer_or_is_marked_orchestration():
     unread = _settings(TrainingSpec) - set(FROM_TRAINING.values())
-    assert not unread, (f"training settings {sorted(unread)} reach no TrainConfig field: add the field (named in "
-                        "NESTED when it is nested), or declare the setting in NOT_FOR_TRAINER")
-    assert not set(FROM_TRAINING.values()) & NOT_FOR_TRAINER
+    assert not unread, (f"training settings {sorted(unread)} reach no TrainConfig field: add the field "
+                        "(option(spec=...)), or mark the setting ORCHESTRATION where it is declared")
+    marked = _settings(TrainingSpec, marked=True)
+    assert marked >= {"window_days", "data", "pod", "streaming.auto_above_mb"}
+    assert not {p for p in FROM_TRAINING.values() if any(p == m or p.startswith(m + ".") for m in marked)}
 
 
 @pytest.mark.parametrize("overrides", OVERRIDES)
@@ -165,5 +169,6 @@ def test_each_setting_lands_in_its_own_field():
     defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                 for f in dataclasses.fields(TrainConfig)}
     assert [f for f in FROM_TRAINING if getattr(config, f) == defaults[f]] == []
+    assert len(FROM_TRAINING) >= 30
     assert (config.family, config.hidden_sizes, config.dropout) == ("residual_mlp", [16, 8, 4], 0.2)
     assert (config.checkpoint_async, config.keep_last, config.prefetch_factor) == ("process", 3, 4)

@@ -10,20 +10,20 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from ml_assets.defs.features.assets import build_features_asset
-from ml_assets.defs.raw.assets import build_raw_data
-from ml_assets.defs.snapshots.assets import build_validated_snapshot
+from ml_assets.features.assets import build_features_asset
 from ml_assets.features.serve import featurize
 from ml_assets.features.state import fit_state, state_bytes
+from ml_assets.ingest.assets import build_raw_data
+from ml_assets.ingest.sources import read_day
 from ml_assets.resources import (
     ArtifactStoreResource,
     DagsterLinksResource,
     LocalVersionStoreResource,
 )
-from ml_assets.sources import read_day
 from ml_assets.spec import ModelSpec
 from ml_assets.storage import read_verified
 from ml_assets.trainer.data import to_tensors
+from ml_assets.validation.assets import build_validated_snapshot
 
 DAY = dt.date(2013, 7, 9)
 

@@ -2,32 +2,27 @@
 
 import dagster as dg
 
-from ml_assets.defs.common import (
-    asset_key,
-    code_version,
-    daily_partitions,
-    features_window_mapping,
-    step,
-)
-from ml_assets.defs.training.inputs import feature_window
-from ml_assets.records import CheckpointRecord, upstream
+from ml_assets.code_version import code_version
+from ml_assets.pipeline.graph import ModelGraph, Stage, daily_partitions
 from ml_assets.resources import ArtifactStoreResource, DagsterLinksResource, MlflowTrackingResource
 from ml_assets.spec import ModelSpec
+from ml_assets.step import step
+from ml_assets.training.inputs import feature_window
+from ml_assets.training.record import CheckpointRecord
 
 GATE = "promotion_gate"
 
 
 def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
-    key, ckpt_key = asset_key(spec, "evaluation_report"), asset_key(spec, "trained_checkpoint")
+    wiring = ModelGraph(spec).wiring(Stage.EVALUATION_REPORT)
+    key = wiring.key
     tests, policy = spec.evaluation.test_days, spec.promotion
 
     @dg.asset(
         key=key,
-        deps=[ckpt_key, dg.AssetDep(asset_key(spec, "features"),
-                                    partition_mapping=features_window_mapping(-(tests - 1), 0))],
+        deps=wiring.deps,
         group_name=spec.name, partitions_def=daily_partitions(spec), kinds={"pytorch", "scikitlearn", "mlflow"},
-        code_version=code_version(spec, ("evaluation", "promotion", "target"), "ml_assets.evaluation",
-                                  "ml_assets.serving.predict", "ml_assets.trainer.export"),
+        code_version=code_version(spec, ("evaluation", "promotion", "target"), __name__),
         check_specs=[dg.AssetCheckSpec(
             GATE, asset=key, blocking=True,
             description=(f"The promotion policy: {policy.primary_metric} at least {policy.min_improvement:+} over the "
@@ -43,15 +38,15 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
         # torch, scikit-learn and matplotlib are imported when an evaluation runs, not when definitions load.
         import datetime as dt
 
-        from ml_assets.defs.training import window as win
         from ml_assets.evaluation import report as rep
-        from ml_assets.evaluation.record import store_evaluation
+        from ml_assets.evaluation.store import store_evaluation
+        from ml_assets.training import window as win
 
         run = step(context, spec, links)
-        ckpt = upstream(context, ckpt_key, run.partition, CheckpointRecord)
+        ckpt = wiring.read(context, CheckpointRecord, run.partition)
         days = win.Window(dt.date.fromisoformat(run.partition), (), (),
                           win.held_out_days(spec, dt.date.fromisoformat(run.partition)))
-        days, records = feature_window(context, spec, days, "test")
+        days, records = feature_window(context, wiring, days, "test")
         try:
             report, predictions = rep.evaluate(spec, run.partition, ckpt, [r.ref(d) for d, r in records.items()],
                                                tracking.client(), days.skipped_json())

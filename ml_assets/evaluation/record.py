@@ -1,38 +1,62 @@
-"""An evaluation made durable: the report stored content-addressed and in the training's MLflow
-run (with its plots and metrics), and the record the evaluation_report asset returns."""
+"""What the evaluation tells registration and the UI. The report itself (a JSON file, pinned by
+uri + sha256 here) holds the full evidence; the predictions never travel in either."""
 
 from __future__ import annotations
 
-import json
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ml_assets.defs.common import Step
-from ml_assets.evaluation import report as rep
-from ml_assets.layout import MLFLOW_EVALUATION, MLFLOW_PLOTS, Layout
-from ml_assets.records import EvaluationRecord
-from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource
+from ml_assets.records.base import Record, field
 
 
-def store_evaluation(step: Step, report: dict[str, Any], predictions: rep.Predictions, sha: str,
-                     artifacts: ArtifactStoreResource, tracking: MlflowTrackingResource) -> EvaluationRecord:
-    """``sha``: the evaluated checkpoint's sha256, which finds its MLflow run (re-runs reuse it)."""
-    from ml_assets.registry import training_run
+@dataclass(frozen=True, kw_only=True)
+class EvaluationRecord(Record):
+    """evaluation_report. Shown in metadata with each metric as its own number (plotted over
+    partitions), ``<primary>_interval`` and, against a champion, ``delta_<primary>``."""
 
-    spec, client = step.spec, tracking.client()
-    experiment_id = tracking.experiment_id(spec.name)
-    run_id = training_run(client, experiment_id, f"{spec.name}-{step.partition}", sha, {
-        **step.provenance().to_tags(), "dagster/partition": step.partition})
-    with tempfile.TemporaryDirectory(prefix="ml_assets-evaluation-") as tmp:
-        plots = rep.write_plots(spec, report, predictions, Path(tmp) / "plots")
-        inline = rep.plots_markdown({name: (Path(tmp) / "plots" / name).read_bytes() for name in plots})
-        report_bytes = json.dumps(report, indent=1, sort_keys=True).encode()
-        ref = artifacts.put(Layout.of(spec).evaluation_prefix(step.partition), report_bytes, ".json")
-        client.log_artifacts(run_id, str(Path(tmp) / "plots"), MLFLOW_PLOTS)
-        (Path(tmp) / "evaluation_report.json").write_bytes(report_bytes)
-        client.log_artifact(run_id, str(Path(tmp) / "evaluation_report.json"), MLFLOW_EVALUATION)
-    rep.log_metrics(client, run_id, report)
-    plot_urls = {name: tracking.artifact_url(run_id, f"{MLFLOW_PLOTS}/{name}") for name in plots}
-    return rep.evaluation_record(spec, report, ref, run_id, tracking.run_url(experiment_id, run_id), plot_urls,
-                                 inline)
+    primary_metric: str
+    metrics: dict[str, float] = field("json")
+    primary_interval: list[float] = field("json")
+    test_rows: int
+    repository: str
+    test_days: list[str] = field("json")
+    validation_days: list[str] = field("json")
+    skipped_days: dict[str, str] = field("json")
+    test_data_commit: str
+    test_files: list[dict[str, str]] = field("json")
+    positive_rate: float | None
+    decision_threshold: float | None
+    class_rates: dict[str, float] | None = field("json", default=None)
+    per_class: list[dict[str, Any]] | None = field("json", default=None)
+    checkpoint_sha256: str
+    champion_version: str | None
+    gate_passed: bool
+    gate_reason: str
+    slices: list[dict[str, Any]] = field("json")
+    baseline: dict[str, Any] | None = field("json")
+    report_uri: str = field("path")
+    report_sha256: str
+    report_bytes: int
+    mlflow_run_id: str
+    mlflow_run_url: str = field("url")
+    plots: dict[str, str] = field("json")
+    """Plot file name -> its MLflow artifact URL."""
+    primary_delta: list[float] | None = field("json", default=None)
+    """Against a champion: [change, low, high] of the primary metric."""
+    champion_metrics: dict[str, float] | None = field("json", default=None)
+    summary: str = field("md")
+    plots_inline: str | None = field("md", default=None)
+    """The plots themselves, embedded in markdown (evaluation.report.plots_markdown)."""
+
+    def to_metadata(self) -> dict[str, Any]:
+        import dagster as dg
+
+        primary = self.primary_metric
+        shown = {name: dg.MetadataValue.float(v) for name, v in self.metrics.items()}
+        shown[f"{primary}_interval"] = dg.MetadataValue.json(self.primary_interval)
+        shown.update({f"plot_{Path(name).stem}": dg.MetadataValue.url(url) for name, url in self.plots.items()})
+        if self.primary_delta:
+            shown[f"delta_{primary}"] = dg.MetadataValue.float(self.primary_delta[0])
+            shown[f"delta_{primary}_interval"] = dg.MetadataValue.json(self.primary_delta[1:])
+        return {**shown, **super().to_metadata()}

@@ -18,19 +18,18 @@ import numpy as np
 import polars as pl
 
 from ml_assets.evaluation import metrics as M
+from ml_assets.evaluation.errors import EvaluationError
 from ml_assets.evaluation.policy import decide
+from ml_assets.evaluation.record import EvaluationRecord
 from ml_assets.evaluation.rival import score_rival
-from ml_assets.records import CheckpointRecord, EvaluationRecord, VersionTags
+from ml_assets.registry.record import VersionTags
 from ml_assets.serving.predict import predict
 from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
 from ml_assets.trainer.config import DataRef
+from ml_assets.training.record import CheckpointRecord
 
 BASELINE_ROWS = 1_000_000
 """The most training rows the baselines are fitted on when the trainer streamed the window."""
-
-
-class EvaluationError(Exception):
-    """The evaluation cannot be computed (no rows, a single class, a champion that cannot read the rows)."""
 
 
 def _ref(record: dict) -> DataRef:
@@ -96,9 +95,9 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
              skipped: dict[str, str] | None = None) -> tuple[dict[str, Any], Predictions]:
     """``tests``: the features of the test days (each with its day and data commit), oldest first;
     ``skipped``: test days left out for want of features, with why."""
-    from ml_assets.defs.training.window import TooFewRows, check_rows
     from ml_assets.trainer.checkpoint import load_checkpoint
     from ml_assets.trainer.data import read_frame
+    from ml_assets.training.window import TooFewRows, check_rows
 
     task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
     loaded = load_checkpoint(ckpt.weights, ckpt.meta, spec.model.code_path or "")
@@ -152,7 +151,7 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
 
 def _champion(spec, report, predictions: Predictions, client, frame, slices) -> None:
     """The current champion, if any, beside the new model in the report (and its predictions)."""
-    from ml_assets import registry
+    from ml_assets.registry import versions as registry
 
     mv = registry.by_alias(client, spec.name, registry.CHAMPION)
     if mv is None:
@@ -170,7 +169,7 @@ def _champion(spec, report, predictions: Predictions, client, frame, slices) -> 
 def _compare(spec, report, mv, client, frame, y, pred, slices) -> np.ndarray:
     """The champion on the exact same rows (same file, same sha256, same data commit); returns its
     predictions."""
-    from ml_assets import registry
+    from ml_assets.registry import versions as registry
 
     task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
     try:

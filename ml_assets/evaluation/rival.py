@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from ml_assets.evaluation import metrics as M
+from ml_assets.evaluation.errors import EvaluationError
 from ml_assets.serving.predict import predict
 from ml_assets.spec import ModelSpec
 
@@ -23,8 +24,7 @@ from ml_assets.spec import ModelSpec
 def score_rival(spec: ModelSpec, report: dict[str, Any], by_model: dict[str, np.ndarray], client,
                 frame: pl.DataFrame, y: np.ndarray) -> None:
     """Adds ``report["rival"]`` and the rival's predictions to ``by_model`` (for the plots)."""
-    from ml_assets import registry
-    from ml_assets.evaluation.report import EvaluationError
+    from ml_assets.registry import versions as registry
 
     name, ev, primary = spec.promotion.rival, spec.evaluation, spec.promotion.primary_metric
     if name is None:

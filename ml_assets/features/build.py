@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from ml_assets.calendar import holiday_near
+from ml_assets.ingest.sources import SourceError, utc_timestamp
 from ml_assets.names import load_callable
-from ml_assets.sources import SourceError, utc_timestamp
 from ml_assets.spec import POLARS_DTYPES, FeaturesSpec, ModelSpec
 
 TIMESTAMP = "__timestamp"

@@ -11,23 +11,7 @@ version is tagged, and the pending tag is removed. A run that dies anywhere in b
 pending tag, and the next promotion run (a re-tick, a retry, any CLI call) finishes that record
 before doing anything else: one alias, one record, whatever the crash point.
 
-``moves`` does the work; ``assets`` holds the production_model asset, its job and its sensor.
+- ``assets``: the production_model asset, its job and sensor; ``config``: the job's config;
+  ``moves``: the work; ``record``: PromotionRecord;
+- spec section: ``promotion`` (ml_assets.spec.promotion), shared with the evaluation's gate.
 """
-
-from ml_assets import registry
-from ml_assets.promotion.moves import (
-    ACTIONS,
-    PENDING_TAG,
-    PromotionRefused,
-    Request,
-    append_log,
-    candidate,
-    execute,
-    history,
-    log_path,
-    pending,
-    plan,
-)
-
-__all__ = ["ACTIONS", "PENDING_TAG", "PromotionRefused", "Request", "append_log", "candidate", "execute", "history",
-           "log_path", "pending", "plan", "registry"]

@@ -1,28 +1,26 @@
 import dagster as dg
 
-from ml_assets.defs.common import asset_key
-from ml_assets.records import PromotionRecord, VersionTags
+from ml_assets.code_version import code_version
+from ml_assets.pipeline.graph import ModelGraph, Stage
+from ml_assets.promotion.config import PromotionConfig, promotion_run_config
+from ml_assets.promotion.record import PromotionRecord
+from ml_assets.registry.record import VersionTags
 from ml_assets.resources import MlflowTrackingResource, VersionStoreResource
 from ml_assets.spec import ModelSpec
 
 
-class PromotionConfig(dg.Config):
-    """What the promotion job is asked to do; the sensor and the CLI fill it in."""
-
-    action: str = "promote"
-    version: str = ""
-    reason: str = ""
-    actor: str = ""
-
-
 def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
+    graph = ModelGraph(spec)
+    wiring = graph.wiring(Stage.PRODUCTION_MODEL)
+
     @dg.asset(
-        key=asset_key(spec, "production_model"),
-        deps=[asset_key(spec, "registered_model")],
+        key=wiring.key,
+        deps=wiring.deps,
         # Its own group: not partitioned and materialized only with a promotion's config, so
         # "materialize the model's group for a day" never tries to promote.
-        group_name=f"{spec.name}_production",
+        group_name=graph.production_group,
         kinds={"mlflow"},
+        code_version=code_version(spec, ("promotion", "evaluation"), __name__),
         tags={"ml_assets/stage": "promotion"},
         description=(f"The {spec.name} version that serves (MLflow alias 'champion'). Each materialization is one "
                      f"audited promotion or rollback; mode {spec.promotion.mode}."),
@@ -31,7 +29,8 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, config: PromotionConfig,
         tracking: MlflowTrackingResource, version_store: VersionStoreResource,
     ) -> dg.MaterializeResult:
-        from ml_assets import cards, promotion
+        from ml_assets import cards
+        from ml_assets.promotion import moves as promotion
 
         actor = config.actor or f"dagster run {context.run_id}"
         try:
@@ -56,7 +55,7 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
 def promotion_record(spec: ModelSpec, record: dict, outcome: str, action: str, actor: str,
                      tracking: MlflowTrackingResource) -> PromotionRecord:
     """The production_model record of a promotion's audit record (or of a request already in effect)."""
-    from ml_assets import promotion
+    from ml_assets.promotion import moves as promotion
 
     version, decision = record["version"], record.get("decision", "unchanged")
     lines = [f"**{decision}**: {spec.name} version {version} is @champion "
@@ -77,7 +76,7 @@ def promotion_record(spec: ModelSpec, record: dict, outcome: str, action: str, a
 def build_promotion_job(spec: ModelSpec, production_model: dg.AssetsDefinition,
                         executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(
-        name=f"{spec.name}_promote",
+        name=ModelGraph(spec).promote_job,
         selection=dg.AssetSelection.assets(production_model),
         description=f"Move {spec.name}'s @champion (promote or roll back) and record why.",
         tags={"ml_assets/model": spec.name, "team": spec.owner},
@@ -85,23 +84,19 @@ def build_promotion_job(spec: ModelSpec, production_model: dg.AssetsDefinition,
     )
 
 
-def promotion_run_config(spec: ModelSpec, action: str, version: str, reason: str, actor: str) -> dict:
-    return {"ops": {asset_key(spec, "production_model").to_python_identifier(): {"config": {
-        "action": action, "version": version, "reason": reason, "actor": actor}}}}
-
-
 def build_promotion_sensor(spec: ModelSpec, job: dg.JobDefinition) -> dg.SensorDefinition:
     automatic = spec.promotion.mode == "automatic"
 
     @dg.sensor(
-        name=f"{spec.name}_promotion_sensor", job=job, minimum_interval_seconds=60,
+        name=ModelGraph(spec).promotion_sensor, job=job, minimum_interval_seconds=60,
         # On with automatic promotion: the spec's mode is the decision. Approval mode promotes by CLI.
         default_status=dg.DefaultSensorStatus.RUNNING if automatic else dg.DefaultSensorStatus.STOPPED,
         description=(f"Promotes the newest registered {spec.name} version whose gate passed against the current "
                      "champion (automatic mode)."),
     )
     def promotion_sensor(context: dg.SensorEvaluationContext, tracking: MlflowTrackingResource):
-        from ml_assets import promotion, registry
+        from ml_assets.promotion import moves as promotion
+        from ml_assets.registry import versions as registry
 
         if not automatic:
             return dg.SkipReason(f"{spec.name} promotion mode is approval_required: "
@@ -129,7 +124,7 @@ def build_promotion_sensor(spec: ModelSpec, job: dg.JobDefinition) -> dg.SensorD
         context.log.info(why)
         return dg.RunRequest(
             run_key=run_key,
-            run_config=promotion_run_config(spec, action, version, reason, f"sensor {spec.name}_promotion_sensor"),
+            run_config=promotion_run_config(spec, action, version, reason, f"sensor {ModelGraph(spec).promotion_sensor}"),
             tags={"ml_assets/model": spec.name, "ml_assets/promotion": action,
                   "ml_assets/version": version},
         )

@@ -8,11 +8,11 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ml_assets import registry
 from ml_assets.layout import Layout
 from ml_assets.names import check_model_name, repo_for_model
-from ml_assets.records import VersionTags
-from ml_assets.records.promotion import PENDING_TAG, pending_record, pending_tag
+from ml_assets.promotion.record import PENDING_TAG, pending_record, pending_tag
+from ml_assets.registry import versions as registry
+from ml_assets.registry.record import VersionTags
 from ml_assets.spec import ModelSpec
 from ml_assets.versioning import MergeConflict, NotFound, merge_with_retry
 

@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ml_assets.defs.common import Step
+from ml_assets.evaluation.record import EvaluationRecord
 from ml_assets.layout import (
     FEATURE_STATE_FILE,
     META_FILE,
@@ -17,13 +17,7 @@ from ml_assets.layout import (
     WEIGHTS_FILE,
     sibling,
 )
-from ml_assets.records import (
-    CheckpointRecord,
-    EvaluationRecord,
-    GateTags,
-    RegisteredRecord,
-    VersionTags,
-)
+from ml_assets.registry.record import GateTags, RegisteredRecord, VersionTags
 from ml_assets.registry.versions import (
     CHALLENGER,
     ensure_registered_model,
@@ -32,7 +26,9 @@ from ml_assets.registry.versions import (
     version_of_checkpoint,
 )
 from ml_assets.resources import MlflowTrackingResource
+from ml_assets.step import Step
 from ml_assets.storage import read_verified
+from ml_assets.training.record import CheckpointRecord
 
 
 def version_tags(step: Step, ckpt: CheckpointRecord, evaluation: EvaluationRecord) -> VersionTags:
@@ -124,7 +120,7 @@ def _log_model(client, run_id: str, step: Step, ckpt: CheckpointRecord) -> None:
 
 def _validation_rows(ckpt: CheckpointRecord):
     """The first validation day's feature rows the model trained with (verified), for its input example."""
-    from ml_assets.defs.common import read_parquet
+    from ml_assets.parquet import read_parquet
 
     first = ckpt.training_config["val_files"][0]
     return read_parquet(read_verified(first["uri"], first["sha256"]))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ml_assets.layout import META_FILE, MLFLOW_MODEL, WEIGHTS_FILE
 from ml_assets.names import check_model_name
-from ml_assets.records import VersionTags
+from ml_assets.registry.record import VersionTags
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion

@@ -4,25 +4,26 @@ import datetime as dt
 
 import dagster as dg
 
-from ml_assets.defs.automation.schedules import job_tags
-from ml_assets.defs.common import asset_key, code_version, daily_partitions, step
-from ml_assets.records import MonitorRecord, PredictionsRecord, SnapshotRecord, latest, upstream
+from ml_assets.code_version import code_version
+from ml_assets.pipeline.graph import ModelGraph, Stage, daily_partitions
+from ml_assets.pipeline.jobs import job_tags
+from ml_assets.records.read import latest
 from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource, VersionStoreResource
+from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
 from ml_assets.spec import ModelSpec
+from ml_assets.step import step
+from ml_assets.validation.record import SnapshotRecord
 
 
 def build_predictions(spec: ModelSpec) -> dg.AssetsDefinition:
-    snapshot_key = asset_key(spec, "validated_snapshot")
-    version = code_version(spec, ("features", "target", "partitioning", "schema"), "ml_assets.scoring",
-                           "ml_assets.features.build", "ml_assets.features.state", "ml_assets.serving.predict")
+    graph = ModelGraph(spec)
+    wiring = graph.wiring(Stage.PREDICTIONS)
+    version = code_version(spec, ("features", "target", "partitioning", "schema"), __name__)
 
     @dg.asset(
-        key=asset_key(spec, "predictions"),
-        # The champion is read when the run starts (MLflow alias), not pinned by the graph: a day is
-        # scored by whatever serves at the time, and the record names which version that was.
-        deps=[snapshot_key, asset_key(spec, "production_model")],
-        # With production_model: materializing the model's group for a day trains; it never scores.
-        group_name=f"{spec.name}_production",
+        key=wiring.key,
+        deps=wiring.deps,
+        group_name=graph.production_group,
         partitions_def=daily_partitions(spec),
         kinds={"pytorch", "mlflow"},
         code_version=version,
@@ -36,7 +37,7 @@ def build_predictions(spec: ModelSpec) -> dg.AssetsDefinition:
         from ml_assets.scoring.predictions import ScoringError, score_day
 
         run = step(context, spec)
-        snapshot = upstream(context, snapshot_key, run.partition, SnapshotRecord)
+        snapshot = wiring.read(context, SnapshotRecord, run.partition)
         previous = latest(context.instance, context.asset_key, run.partition, PredictionsRecord)
         try:
             record = score_day(spec, dt.date.fromisoformat(run.partition), version_store.get_store(), artifacts,
@@ -70,16 +71,17 @@ def monitor_checks(record: MonitorRecord, key: dg.AssetKey) -> list[dg.AssetChec
 
 
 def build_model_monitor(spec: ModelSpec) -> dg.AssetsDefinition:
-    predictions_key, snapshot_key = asset_key(spec, "predictions"), asset_key(spec, "validated_snapshot")
-    key = asset_key(spec, "model_monitor")
+    graph = ModelGraph(spec)
+    wiring = graph.wiring(Stage.MODEL_MONITOR)
+    key = wiring.key
 
     @dg.asset(
         key=key,
-        deps=[predictions_key, snapshot_key],
-        group_name=f"{spec.name}_production",
+        deps=wiring.deps,
+        group_name=graph.production_group,
         partitions_def=daily_partitions(spec),
         kinds={"pytorch", "mlflow"},
-        code_version=code_version(spec, ("monitoring", "target", "evaluation"), "ml_assets.scoring"),
+        code_version=code_version(spec, ("monitoring", "target", "evaluation"), __name__),
         tags={"ml_assets/stage": "monitoring"},
         check_specs=[dg.AssetCheckSpec(LIVE_METRICS_CHECK, asset=key,
                                        description="the champion's live metrics of the day within monitoring.metrics"),
@@ -93,8 +95,8 @@ def build_model_monitor(spec: ModelSpec) -> dg.AssetsDefinition:
         from ml_assets.scoring.monitor import monitor_day
 
         run = step(context, spec)
-        scored = upstream(context, predictions_key, run.partition, PredictionsRecord)
-        snapshot = upstream(context, snapshot_key, run.partition, SnapshotRecord)
+        scored = wiring.read(context, PredictionsRecord, run.partition)
+        snapshot = wiring.read(context, SnapshotRecord, run.partition)
         record = monitor_day(spec, dt.date.fromisoformat(run.partition), version_store.get_store(), tracking.client(),
                              scored, snapshot, context.log.info)
         return dg.MaterializeResult(metadata=record.to_metadata(), check_results=monitor_checks(record, key))
@@ -105,7 +107,7 @@ def build_model_monitor(spec: ModelSpec) -> dg.AssetsDefinition:
 def build_scoring_job(spec: ModelSpec, assets: list[dg.AssetsDefinition],
                       executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(
-        name=f"{spec.name}_score",
+        name=ModelGraph(spec).score_job,
         selection=dg.AssetSelection.assets(*assets),
         description=f"Score one day of {spec.name} rows with the current @champion, and judge it on the day.",
         tags=job_tags(spec, trains=False),

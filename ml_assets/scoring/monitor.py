@@ -25,19 +25,21 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ml_assets import registry
-from ml_assets.defs.common import read_parquet
-from ml_assets.defs.features.day import day_tables
 from ml_assets.evaluation import metrics as M
 from ml_assets.evaluation.bootstrap import bootstrap_ci
 from ml_assets.features.build import build_features, target_expr
+from ml_assets.features.day import day_tables
 from ml_assets.layout import Layout
-from ml_assets.records import MonitorRecord, PredictionsRecord, SnapshotRecord, VersionTags
+from ml_assets.parquet import read_parquet
+from ml_assets.registry import versions as registry
+from ml_assets.registry.record import VersionTags
 from ml_assets.scoring.predictions import PREDICTION, SCORE
+from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
 from ml_assets.serving.predict import predict
 from ml_assets.spec import ModelSpec
 from ml_assets.spec.monitoring import DriftLimit, MetricLimit
 from ml_assets.storage import read_verified
+from ml_assets.validation.record import SnapshotRecord
 from ml_assets.validation.stats import (
     MIN_SHARE,
     chi_square_p,

@@ -19,13 +19,15 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import polars as pl
 
-from ml_assets import registry
-from ml_assets.defs.features.day import day_tables
 from ml_assets.features.build import KEY_PREFIX, TIMESTAMP, build_features
+from ml_assets.features.day import day_tables
 from ml_assets.layout import Layout
-from ml_assets.records import PredictionsRecord, SnapshotRecord, VersionTags
+from ml_assets.registry import versions as registry
+from ml_assets.registry.record import VersionTags
+from ml_assets.scoring.record import PredictionsRecord
 from ml_assets.serving.predict import predict
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.record import SnapshotRecord
 from ml_assets.versioning import VersionStore
 
 METADATA_PREFIX = "ml_assets."

@@ -9,6 +9,13 @@ One module per section of the spec (``source``, ``schema``, ``partitioning``, ``
 """
 
 from ml_assets.spec.base import CUSTOM_CHECK, PositiveInt
+from ml_assets.spec.data_schema import (
+    POLARS_DTYPES,
+    TIMESTAMP_DTYPES,
+    ColumnSchema,
+    DataSchema,
+    DType,
+)
 from ml_assets.spec.evaluation import (
     CLASSIFICATION_METRICS,
     HIGHER_IS_BETTER,
@@ -39,7 +46,6 @@ from ml_assets.spec.model import ModelSpec
 from ml_assets.spec.partitioning import PartitioningSpec
 from ml_assets.spec.pods import LABEL_KEY, LABEL_VALUE, QUANTITY, TolerationSpec, TrainingPodSpec
 from ml_assets.spec.promotion import PromotionSpec
-from ml_assets.spec.schema import POLARS_DTYPES, TIMESTAMP_DTYPES, ColumnSchema, DataSchema, DType
 from ml_assets.spec.source import SourceSpec, TableSource
 from ml_assets.spec.target import TargetSpec, Task
 from ml_assets.spec.training import CheckpointSpec, EarlyStoppingSpec, LoaderSpec, TrainingSpec

@@ -15,6 +15,19 @@ PositiveInt = Annotated[int, Field(gt=0)]
 CUSTOM_CHECK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
+class Orchestration:
+    """Marks a training setting the trainer never sees (``Annotated[int, ORCHESTRATION]``): it chooses
+    the days trained on, or how Dagster launches, places, retries or feeds the training. Every other
+    training setting is read by a field of the trainer's config (ml_assets.trainer.config, its
+    ``spec=``); ml_assets_tests/test_spec_trainer_config.py holds the two sides to it."""
+
+    def __repr__(self) -> str:
+        return "ORCHESTRATION"
+
+
+ORCHESTRATION = Orchestration()
+
+
 class StrictModel(BaseModel):
     """A spec section: unknown keys are errors (a typo is not silently ignored), values are frozen."""
 

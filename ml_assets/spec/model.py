@@ -10,13 +10,13 @@ from pydantic import Field, field_validator, model_validator
 from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
 from ml_assets.spec.base import StrictModel, model_name
 from ml_assets.spec.card import CardSpec
+from ml_assets.spec.data_schema import TIMESTAMP_DTYPES, DataSchema
 from ml_assets.spec.evaluation import TASK_METRICS, EvaluationSpec
 from ml_assets.spec.features import FeaturesSpec
 from ml_assets.spec.monitoring import MonitoringSpec
 from ml_assets.spec.partitioning import PartitioningSpec
 from ml_assets.spec.promotion import PromotionSpec
 from ml_assets.spec.retrain import RetrainSpec
-from ml_assets.spec.schema import TIMESTAMP_DTYPES, DataSchema
 from ml_assets.spec.source import SourceSpec
 from ml_assets.spec.target import TargetSpec
 from ml_assets.spec.training import TrainingSpec

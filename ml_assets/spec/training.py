@@ -3,11 +3,11 @@ is the ``model`` section, ml_assets.spec.architecture)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ml_assets.spec.base import PositiveInt, StrictModel
+from ml_assets.spec.base import ORCHESTRATION, PositiveInt, StrictModel
 from ml_assets.spec.pods import TrainingPodSpec
 
 
@@ -36,7 +36,7 @@ class LoaderSpec(StrictModel):
 class StreamingSpec(StrictModel):
     shuffle_buffer_rows: int = Field(default=65_536, ge=1, le=100_000_000, description=(
         "streamed windows: rows each rank shuffles together; a rank's memory grows with it, not with the window"))
-    auto_above_mb: float = Field(default=1024, gt=0, description=(
+    auto_above_mb: Annotated[float, ORCHESTRATION] = Field(default=1024, gt=0, description=(
         "data: auto streams a window whose feature files (compressed Parquet, validation days included) hold "
         "more than this many MB; in memory a window takes several times its files' size"))
 
@@ -57,18 +57,18 @@ class FsdpSpec(StrictModel):
 
 
 class TrainingSpec(StrictModel):
-    window_days: int = Field(default=14, ge=3, le=366, description=(
+    window_days: Annotated[int, ORCHESTRATION] = Field(default=14, ge=3, le=366, description=(
         "the days before the test days that train and validate: window_days - validation_days train"))
-    validation_days: int = Field(default=1, ge=1, le=365, description=(
+    validation_days: Annotated[int, ORCHESTRATION] = Field(default=1, ge=1, le=365, description=(
         "the last days of the window: early stopping, the best epoch and the decision threshold are chosen on them"))
-    min_validation_rows: int = Field(default=30, ge=1, description=(
+    min_validation_rows: Annotated[int, ORCHESTRATION] = Field(default=30, ge=1, description=(
         "fewer validation rows (or, for classification, a class missing from them) fail the training before it starts"))
-    missing_days: Literal["fail", "skip"] = Field(default="fail", description=(
+    missing_days: Annotated[Literal["fail", "skip"], ORCHESTRATION] = Field(default="fail", description=(
         "a window day without features (its snapshot failed, or it was never ingested): fail the partition, or "
         "train and evaluate on the other days, listing the skipped ones"))
-    max_missing_days: int = Field(default=0, ge=0, le=365, description=(
+    max_missing_days: Annotated[int, ORCHESTRATION] = Field(default=0, ge=0, le=365, description=(
         "with missing_days: skip, the most days of the window and the test days that may be missing"))
-    data: Literal["memory", "streaming", "auto"] = Field(default="auto", description=(
+    data: Annotated[Literal["memory", "streaming", "auto"], ORCHESTRATION] = Field(default="auto", description=(
         "memory: every rank reads the whole training window into memory. streaming: each rank streams its "
         "shard of the window's Parquet row groups every epoch through a shuffle buffer, so memory stays flat "
         "however long the window (docs/training.md). auto: streaming when the window's feature files exceed "
@@ -90,18 +90,18 @@ class TrainingSpec(StrictModel):
     fsdp: FsdpSpec = Field(default=FsdpSpec(), description="with strategy: fsdp, its mixed precision and resharding")
     early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()
     deterministic: bool = False
-    processes_per_node: int = Field(default=2, ge=1, le=64, description=(
+    processes_per_node: Annotated[int, ORCHESTRATION] = Field(default=2, ge=1, le=64, description=(
         "torchrun processes per node on CPUs (locally, and on Kubernetes when gpus_per_node is 0)"))
-    nodes: int = Field(default=1, ge=1, le=256, description=(
+    nodes: Annotated[int, ORCHESTRATION] = Field(default=1, ge=1, le=256, description=(
         "Kubernetes: training pods of one DDP run (an Indexed Job with c10d rendezvous when > 1); "
         "locally the run trains on the one machine"))
-    gpus_per_node: int | None = Field(default=None, ge=0, le=16, description=(
+    gpus_per_node: Annotated[int | None, ORCHESTRATION] = Field(default=None, ge=0, le=16, description=(
         "Kubernetes: nvidia.com/gpu limit of each training pod and its torchrun processes (0: CPU; "
         "unset: the chart's training.gpusPerNode)"))
-    pod: TrainingPodSpec = TrainingPodSpec()
-    max_restarts: int = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
-    retries: int = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")
-    max_runtime_minutes: int = Field(default=360, ge=1, le=7 * 24 * 60, description=(
+    pod: Annotated[TrainingPodSpec, ORCHESTRATION] = TrainingPodSpec()
+    max_restarts: Annotated[int, ORCHESTRATION] = Field(default=2, ge=0, le=100, description="torchrun restarts of crashed workers")
+    retries: Annotated[int, ORCHESTRATION] = Field(default=2, ge=0, le=100, description="step retries after preemption (resume)")
+    max_runtime_minutes: Annotated[int, ORCHESTRATION] = Field(default=360, ge=1, le=7 * 24 * 60, description=(
         "a run that trains is cancelled and failed by run monitoring after this long (dagster/max_runtime)"))
     report_every_steps: PositiveInt = 50
     checkpoint: CheckpointSpec = CheckpointSpec()

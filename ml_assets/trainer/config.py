@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 TASKS = ("binary_classification", "regression", "multiclass_classification")
 FAMILIES = ("mlp", "residual_mlp")
@@ -15,22 +16,38 @@ STRATEGIES = ("ddp", "fsdp")
 FSDP_PARAM_DTYPES = ("fp32", "bf16", "fp16")
 FSDP_REDUCE_DTYPES = ("fp32", "bf16")
 DATA_MODES = ("memory", "streaming")
-STREAMING_ONLY = ("data_mode", "shuffle_buffer_rows")
-"""Fields that decide the weights only when streaming: a config in memory leaves them out of its
-fingerprint, so configs from before streaming keep theirs (and their checkpoints)."""
 
-# Fields that say where things go or how often to report, not what is trained: two configs that
-# differ only in these train the same weights and may resume each other's checkpoints.
-NOT_TRAINING = frozenset({
-    "output_dir", "checkpoint_dir", "report_every_steps", "checkpoint_every_steps", "checkpoint_every_seconds",
-    "keep_last", "checkpoint_async", "preemption_grace_seconds", "num_workers", "pin_memory",
-    "prefetch_factor", "threads", "epoch_log", "owner", "orphan_grace_seconds", "lease_ttl_seconds",
-    "lease_wait_seconds", "model_code_path", "fsdp_reshard_after_forward", "stream_cache_dir",
-})
-# Fields added after checkpoints existed: left out of the fingerprint while they hold these values,
-# so the configs written before them keep their fingerprint (and their checkpoints).
-LATER_DEFAULTS = {"classes": [], "model_factory": "", "model_params": {}, "model_code": {}, "strategy": "ddp",
-                  "fsdp_param_dtype": "fp32", "fsdp_reduce_dtype": "fp32"}
+
+def option(default: Any = MISSING, *, spec: str = "", weights: bool = True, later: bool = False,
+           streaming_only: bool = False, default_factory: Any = MISSING) -> Any:
+    """A TrainConfig field, declared once with where it comes from and what it decides.
+
+    ``spec``: the spec setting it is a view of (``training.checkpoint.keep_last``, ``model.layers``),
+    read by ml_assets.training.trainer_config; without one, the caller sets it (this run's files,
+    owner, data mode). ``weights=False``: where things go or how often to report, not what is
+    trained: two configs that differ only in such fields train the same weights and may resume each
+    other's checkpoints (left out of the fingerprint). ``later``: added after checkpoints existed,
+    left out of the fingerprint while it holds its default, so configs written before it keep
+    theirs (and their checkpoints). ``streaming_only``: decides the weights only when streaming.
+    """
+    declared = Option(spec=spec, weights=weights, later=later, streaming_only=streaming_only)
+    return field(default=default, default_factory=default_factory, metadata={Option: declared})
+
+
+@dataclass(frozen=True)
+class Option:
+    """What a TrainConfig field declares (``option``)."""
+
+    spec: str
+    weights: bool
+    later: bool
+    streaming_only: bool
+
+
+def option_of(f: Field) -> Option:
+    return f.metadata[Option]
+
+
 MAX_LEASE_WAIT_SECONDS = 480.0
 """While rank 0 waits for the checkpoint lease, the other ranks wait for its verdict in a collective,
 which NCCL times out after 10 minutes."""
@@ -49,112 +66,112 @@ class DataRef:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    model: str
+    model: str = option(spec="name")
     """Model name (for logs only)."""
-    task: str
-    classes: list[str] = field(default_factory=list)
+    task: str = option(spec="target.task")
+    classes: list[str] = option(spec="target.classes", later=True, default_factory=list)
     """multiclass_classification: the class names, in the order of the labels' indices (the model
     has one output per class); empty for the other tasks."""
-    train_files: list[DataRef]
-    val_files: list[DataRef]
-    feature_state: DataRef
+    train_files: list[DataRef] = option()
+    val_files: list[DataRef] = option()
+    feature_state: DataRef = option()
     """Fitted feature state (JSON) from the training window; copied beside the weights."""
-    output_dir: str
+    output_dir: str = option(weights=False)
     """Where rank 0 exports the final model: model.safetensors, meta.json, feature_state.json (a
     path or fsspec URL)."""
-    checkpoint_dir: str = ""
+    checkpoint_dir: str = option("", weights=False)
     """Where training checkpoints go (path or fsspec URL); empty: ``<output_dir>/checkpoints``. A
     restarted run with the same config resumes from the newest complete checkpoint here."""
 
-    family: str = "mlp"
+    family: str = option("mlp", spec="model.family_name")
     """``mlp`` (embeddings + MLP) or ``residual_mlp`` (embeddings + pre-norm residual blocks)."""
-    epochs: int = 8
-    batch_size: int = 256
+    epochs: int = option(8, spec="training.epochs")
+    batch_size: int = option(256, spec="training.batch_size")
     """Global batch per optimizer step: each of W ranks takes batch_size // (W * grad_accum_steps)
     rows per micro-step."""
-    grad_accum_steps: int = 1
-    learning_rate: float = 3e-3
-    weight_decay: float = 1e-4
-    warmup_steps: int = 0
+    grad_accum_steps: int = option(1, spec="training.grad_accum_steps")
+    learning_rate: float = option(3e-3, spec="training.learning_rate")
+    weight_decay: float = option(1e-4, spec="training.weight_decay")
+    warmup_steps: int = option(0, spec="training.warmup_steps")
     """Linear warmup, then cosine decay to min_lr_ratio * learning_rate at the last step."""
-    min_lr_ratio: float = 0.0
-    grad_clip_norm: float = 1.0
+    min_lr_ratio: float = option(0.0, spec="training.min_lr_ratio")
+    grad_clip_norm: float = option(1.0, spec="training.grad_clip_norm")
     """0 turns clipping off."""
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 32])
+    hidden_sizes: list[int] = option(spec="model.layers", default_factory=lambda: [64, 32])
     """MLP: the hidden layers. residual_mlp: width hidden_sizes[0], one block per entry."""
-    dropout: float = 0.1
-    model_factory: str = ""
+    dropout: float = option(0.1, spec="model.dropout_rate")
+    model_factory: str = option("", spec="model.module", later=True)
     """A factory's import path, ``package.module:build`` (ml_assets.trainer.contract), instead of a
     built-in family; family, hidden_sizes and dropout then do not apply."""
-    model_params: dict = field(default_factory=dict)
+    model_params: dict = option(spec="model.params", later=True, default_factory=dict)
     """The factory's keyword arguments (its hyperparameters)."""
-    model_code: dict = field(default_factory=dict)
+    model_code: dict = option(later=True, default_factory=dict)
     """The factory's code pin (ml_assets.trainer.code_pin.pin); computed when left empty."""
-    model_code_path: str = ""
+    model_code_path: str = option("", spec="model.code_path", weights=False)
     """A directory searched for the factory's package before the installed packages."""
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = option(False, spec="training.activation_checkpointing")
     """Recompute hidden blocks in backward instead of storing activations (less memory, more time)."""
-    strategy: str = "ddp"
+    strategy: str = option("ddp", spec="training.strategy", later=True)
     """``ddp``: every rank holds the whole model, its gradients and optimizer state (one rank: the bare
     model). ``fsdp``: FSDP2 ``fully_shard``, every rank holds 1/world of each (ml_assets.trainer.parallel)."""
-    fsdp_param_dtype: str = "fp32"
+    fsdp_param_dtype: str = option("fp32", spec="training.fsdp.param_dtype", later=True)
     """fsdp: the dtype parameters are all-gathered and computed in (the sharded copy the optimizer
     steps stays fp32)."""
-    fsdp_reduce_dtype: str = "fp32"
+    fsdp_reduce_dtype: str = option("fp32", spec="training.fsdp.reduce_dtype", later=True)
     """fsdp: the dtype gradients are reduce-scattered in."""
-    fsdp_reshard_after_forward: bool = True
+    fsdp_reshard_after_forward: bool = option(True, spec="training.fsdp.reshard_after_forward", weights=False)
     """fsdp: free each block's gathered parameters after its forward and gather them again for its
     backward (less memory, one more all-gather per block); the same weights either way."""
-    precision: str = "auto"
+    precision: str = option("auto", spec="training.precision")
     """auto: bf16 autocast on CUDA with bf16 (else fp16 + GradScaler), bf16 on CPUs with native
     bf16 (AVX512-BF16 or AMX), fp32 otherwise. An impossible request falls back and says so."""
-    early_stopping_patience: int = 0
+    early_stopping_patience: int = option(0, spec="training.early_stopping.patience")
     """Stop after this many epochs without a validation-loss improvement; 0 turns it off."""
-    early_stopping_min_delta: float = 0.0
-    seed: int = 0
-    deterministic: bool = False
+    early_stopping_min_delta: float = option(0.0, spec="training.early_stopping.min_delta")
+    seed: int = option(0, spec="training.seed")
+    deterministic: bool = option(False, spec="training.deterministic")
     """torch.use_deterministic_algorithms: bit-for-bit repeatable runs (and resumes), on CPU and CUDA
     (where the trainer sets CUBLAS_WORKSPACE_CONFIG for cuBLAS)."""
-    max_steps: int = 0
+    max_steps: int = option(0)
     """Stop after this many optimizer steps in all (0: run every epoch)."""
-    data_mode: str = "memory"
+    data_mode: str = option("memory", streaming_only=True)
     """memory: every rank reads the whole window into memory once. streaming: each rank streams
     its shard of the window's Parquet row groups each epoch through a shuffle buffer
     (ml_assets.trainer.stream); memory stays flat as the window grows. The validation rows are in
     memory either way."""
-    shuffle_buffer_rows: int = 65_536
+    shuffle_buffer_rows: int = option(65_536, spec="training.streaming.shuffle_buffer_rows", streaming_only=True)
     """streaming: rows a rank shuffles together; more mixes further and costs memory."""
-    stream_cache_dir: str = ""
+    stream_cache_dir: str = option("", weights=False)
     """streaming: where feature files that are not local are copied (verified, named by sha256)
     before they are streamed; empty: ``ml_assets-stream-cache`` in the system's temporary directory."""
 
-    num_workers: int = 0
-    pin_memory: bool = False
-    prefetch_factor: int = 2
-    threads: int = 0
+    num_workers: int = option(0, spec="training.loader.num_workers", weights=False)
+    pin_memory: bool = option(False, spec="training.loader.pin_memory", weights=False)
+    prefetch_factor: int = option(2, spec="training.loader.prefetch_factor", weights=False)
+    threads: int = option(0, weights=False)
     """torch intra-op threads per rank; 0 leaves torch's default (OMP_NUM_THREADS)."""
-    report_every_steps: int = 50
-    checkpoint_every_steps: int = 0
-    checkpoint_every_seconds: float = 300.0
+    report_every_steps: int = option(50, spec="training.report_every_steps", weights=False)
+    checkpoint_every_steps: int = option(0, spec="training.checkpoint.every_steps", weights=False)
+    checkpoint_every_seconds: float = option(300.0, spec="training.checkpoint.every_seconds", weights=False)
     """Checkpoint every N optimizer steps and/or every M seconds (0 turns either off); epoch ends
     and preemption always checkpoint."""
-    keep_last: int = 2
-    checkpoint_async: str = "thread"
-    preemption_grace_seconds: float = 20.0
+    keep_last: int = option(2, spec="training.checkpoint.keep_last", weights=False)
+    checkpoint_async: str = option("thread", spec="training.checkpoint.async_mode", weights=False)
+    preemption_grace_seconds: float = option(20.0, spec="training.checkpoint.preemption_grace_seconds", weights=False)
     """After SIGTERM: finish the step, checkpoint, exit 75; give up checkpointing after this long."""
-    orphan_grace_seconds: float = 5.0
+    orphan_grace_seconds: float = option(5.0, spec="training.checkpoint.orphan_grace_seconds", weights=False)
     """A rank whose torchrun agent died (SIGKILL, out of memory) checkpoints if it can within this
     long, then exits regardless (ml_assets.processes)."""
-    lease_ttl_seconds: float = 30.0
+    lease_ttl_seconds: float = option(30.0, spec="training.checkpoint.lease_ttl_seconds", weights=False)
     """The checkpoint directory's lease (ml_assets.trainer.lease) is renewed every third of this; a
     holder that stops renewing it for this long loses it to a waiting trainer."""
-    lease_wait_seconds: float = 120.0
+    lease_wait_seconds: float = option(120.0, spec="training.checkpoint.lease_wait_seconds", weights=False)
     """How long to wait for another training of the same config to release the lease before failing
     with a message naming it."""
-    owner: str = ""
+    owner: str = option("", weights=False)
     """Who started this training (e.g. ``Dagster run <id>``): named to a trainer that finds the lease
     held."""
-    epoch_log: str = ""
+    epoch_log: str = option("", weights=False)
     """A local file rank 0 appends one JSON line to after each epoch ({"epoch", "train_loss",
     "val_loss"}): how a tuning trial's pruner sees the validation loss while the trainer runs."""
 
@@ -287,3 +304,13 @@ class TrainConfig:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+
+def default_of(f: Field) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+# What the fields declare, gathered: the fingerprint reads these.
+NOT_TRAINING = frozenset(f.name for f in fields(TrainConfig) if not option_of(f).weights)
+LATER_DEFAULTS = {f.name: default_of(f) for f in fields(TrainConfig) if option_of(f).later}
+STREAMING_ONLY = tuple(f.name for f in fields(TrainConfig) if option_of(f).streaming_only)

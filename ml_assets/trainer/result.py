@@ -9,7 +9,7 @@ from typing import ClassVar
 @dataclass(frozen=True, kw_only=True)
 class TrainingResult:
     """What rank 0 reports of a finished training: the first fields of the trained_checkpoint record
-    (ml_assets.records.CheckpointRecord), in Pipes' metadata form on the wire."""
+    (ml_assets.training.record.CheckpointRecord), in Pipes' metadata form on the wire."""
 
     checkpoint_uri: str
     checkpoint_sha256: str

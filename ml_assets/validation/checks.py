@@ -14,7 +14,7 @@ import statistics
 import polars as pl
 
 from ml_assets.calendar import holiday_near
-from ml_assets.sources import local_day
+from ml_assets.ingest.sources import local_day
 from ml_assets.spec import FreshnessSpec, VolumeSpec
 from ml_assets.validation.names import FRESHNESS, VOLUME
 from ml_assets.validation.outcome import MAX_FAILING_ROWS, CheckOutcome

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ml_assets.sources import ROWS, SourceError, read_day
+from ml_assets.ingest.sources import ROWS, SourceError, read_day
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.run import gather_history, judge
 

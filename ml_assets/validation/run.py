@@ -30,7 +30,7 @@ from ml_assets.validation.names import (
     enabled_names,
 )
 from ml_assets.validation.outcome import CheckOutcome
-from ml_assets.validation.schema import schema_checks
+from ml_assets.validation.schema_checks import schema_checks
 from ml_assets.versioning import NotFound, VersionStore
 
 

@@ -1,7 +1,7 @@
 """A small emulation of the Kubernetes API, for the multi-node training launcher's tests only.
 
 No Kubernetes server can run on the project's machines. This serves, over HTTP on loopback, the
-few calls ``ml_assets.deploy.k8s.torchrun`` makes through the official Kubernetes client (create and delete
+few calls ``ml_assets.training.k8s_launch`` makes through the official Kubernetes client (create and delete
 a Service and a Job, read a pod, list pods by label, read a Job's status, follow a pod's log), and
 runs each Job pod's container command as a local process the way ml_assets_tests/k8s/kubelet.py
 does. It is not Kubernetes: what it shows is that the launcher's calls are well formed for the
@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from ml_assets.deploy.k8s.training_job import INDEX_ANNOTATION
+from ml_assets.training.k8s_job import INDEX_ANNOTATION
 from ml_assets_tests.conftest import cli_env
 from ml_assets_tests.k8s.kubelet import loopback_dns, pod_command, pod_env
 

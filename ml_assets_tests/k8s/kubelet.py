@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ml_assets.deploy.k8s.pods import HOME
-from ml_assets.deploy.k8s.training_job import INDEX_ANNOTATION
+from ml_assets.training.k8s_job import INDEX_ANNOTATION
 
 
 def pod_env(container: dict, index: int, pod_name: str, home: Path,

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from ml_assets.deploy.k8s.pods import TrainingDefaults
-from ml_assets.deploy.k8s.training_job import job_name, training_job_manifests
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_specs
+from ml_assets.training.k8s_job import job_name, training_job_manifests
 from ml_assets_tests.conftest import cli_env
 from ml_assets_tests.k8s.conftest import assert_restricted, documents, pod_specs, validate
 

@@ -50,5 +50,5 @@ def test_what_the_dockerfile_copies_is_enough_to_build_the_package(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     [wheel] = (tmp_path / "dist").glob("ml_assets-*.whl")
     listing = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True).stdout
-    for needed in ("ml_assets/models/flights_delay.yaml", "ml_assets/deploy/k8s/training_job.py", "ml_assets/trainer/train.py"):
+    for needed in ("ml_assets/models/flights_delay.yaml", "ml_assets/training/k8s_job.py", "ml_assets/trainer/train.py"):
         assert needed in listing

@@ -1,4 +1,4 @@
-"""The multi-node training launcher (ml_assets.deploy.k8s.torchrun) driving an Indexed Job through the
+"""The multi-node training launcher (ml_assets.training.k8s_launch) driving an Indexed Job through the
 official Kubernetes client, against the API emulation of ml_assets_tests/k8s/apiserver.py (no
 Kubernetes server can run here; the emulation runs the Job's pods as local processes). Real: the
 client, the launcher, Dagster Pipes over pod 0's log through dagster-k8s's reader, torchrun and
@@ -11,10 +11,10 @@ import dagster as dg
 import pytest
 import yaml
 
-from ml_assets.deploy.k8s.torchrun import KubernetesTorchrunLauncher
-from ml_assets.deploy.k8s.training_job import INDEX_ANNOTATION
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec
+from ml_assets.training.k8s_job import INDEX_ANNOTATION
+from ml_assets.training.k8s_launch import KubernetesTorchrunLauncher
 from ml_assets_tests.k8s.apiserver import FakeApiServer
 from ml_assets_tests.trainer.toy import free_port, toy_data, write_config
 
@@ -138,7 +138,7 @@ def test_a_job_left_by_a_dead_step_process_is_deleted_before_the_attempt_trains(
     """A resumed run re-executes the step under the same attempt number: the leftover Job has this
     attempt's very name, trains on the same checkpoints, and must be gone before the new one starts."""
     from ml_assets.deploy.k8s.pods import TrainingDefaults
-    from ml_assets.deploy.k8s.training_job import job_name, training_job_manifests
+    from ml_assets.training.k8s_job import job_name, training_job_manifests
 
     leftover = {}
 

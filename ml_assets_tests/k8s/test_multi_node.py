@@ -14,9 +14,9 @@ from dagster._core.pipes.utils import extract_message_or_forward_to_stdout
 from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
 from ml_assets.deploy.k8s.pods import TrainingDefaults
-from ml_assets.deploy.k8s.training_job import job_name, training_job_manifests
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec
+from ml_assets.training.k8s_job import job_name, training_job_manifests
 from ml_assets_tests.conftest import cli_env
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 from ml_assets_tests.k8s.kubelet import loopback_dns, pod_command, pod_env

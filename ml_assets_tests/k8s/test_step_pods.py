@@ -194,8 +194,8 @@ def test_k8s_settings_name_what_is_wrong():
 
 
 def test_on_kubernetes_torchrun_runs_one_process_per_gpu():
-    from ml_assets.deploy.k8s.torchrun import KubernetesTorchrunLauncher
     from ml_assets.spec import ModelSpec
+    from ml_assets.training.k8s_launch import KubernetesTorchrunLauncher
 
     raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
     launcher = KubernetesTorchrunLauncher(training_defaults='{"gpus_per_node": 8}')

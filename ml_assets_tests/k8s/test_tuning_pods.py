@@ -1,4 +1,4 @@
-"""Trial workers as pods (ml_assets.deploy.k8s.tuning): the worker Job validates, and through the official
+"""Trial workers as pods (ml_assets.tuning.k8s_job): the worker Job validates, and through the official
 Kubernetes client against the API emulation (ml_assets_tests/k8s/apiserver.py) two worker pods share
 a study on the real PostgreSQL until it has its trials; the job file they read holds no password."""
 
@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from ml_assets.deploy.k8s.pods import TrainingDefaults
-from ml_assets.deploy.k8s.tuning import KubernetesTuningResource, tuning_job_manifest
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec
 from ml_assets.tuning import study as st
+from ml_assets.tuning.k8s_job import KubernetesTuningResource, tuning_job_manifest
 from ml_assets_tests.k8s.apiserver import FakeApiServer
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 from ml_assets_tests.tuning.test_study import job as toy_job

@@ -26,9 +26,9 @@ def _validate_then_wait(log_path: str) -> None:
     """The forked worker: validates real days as the snapshot step does (the key check's sort on a
     thread of its own, polars' pool, its streaming engine), then waits to be asked for its stacks."""
     worker_setup(log_path)
-    from ml_assets.sources import ROWS, read_day
+    from ml_assets.ingest.sources import ROWS, read_day
     from ml_assets.spec import load_spec
-    from ml_assets.validation.schema import schema_checks
+    from ml_assets.validation.schema_checks import schema_checks
 
     spec = load_spec(BUNDLED_SPEC)
     for day in DAYS:

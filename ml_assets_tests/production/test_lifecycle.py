@@ -6,7 +6,6 @@ import dagster as dg
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ml_assets import registry
 from ml_assets.deploy.alerts.sensor import build_lifecycle_sensor
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE, AlertDeliveryError
 from ml_assets.promotion.assets import (
@@ -14,6 +13,7 @@ from ml_assets.promotion.assets import (
     build_promotion_job,
     promotion_run_config,
 )
+from ml_assets.registry import versions as registry
 from ml_assets.resources import LocalVersionStoreResource, MlflowTrackingResource
 from ml_assets.resources.links import DagsterLinksResource
 from ml_assets.settings import BUNDLED_MODELS_DIR

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ml_assets.defs.automation.schedules import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
-from ml_assets.defs.common import GPU_POOL
 from ml_assets.deploy.run_launcher import WORKER_PRELOAD
 from ml_assets.instance import PRODUCTION_INSTANCE
+from ml_assets.pipeline.graph import GPU_POOL
+from ml_assets.pipeline.jobs import MAX_RUNTIME_TAG, TRAINING_TEAM_TAG
 from ml_assets.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,13 +8,14 @@ import dagster as dg
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ml_assets import promotion, registry
+from ml_assets.promotion import moves as promotion
 from ml_assets.promotion.assets import (
     build_production_model,
     build_promotion_job,
     build_promotion_sensor,
     promotion_run_config,
 )
+from ml_assets.registry import versions as registry
 from ml_assets.resources import LocalVersionStoreResource, MlflowTrackingResource
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_spec
@@ -104,23 +105,23 @@ def test_a_crash_between_moving_the_alias_and_writing_the_record_converges(world
     def crash(*args, **kwargs):
         raise KeyboardInterrupt("the process died")
 
-    monkeypatch.setattr(promotion.moves, "append_log", crash)
+    monkeypatch.setattr(promotion, "append_log", crash)
     with pytest.raises(KeyboardInterrupt):
         promotion.execute(client, store, SPEC, request(version=v1))
     assert champion(client) == v1  # the alias moved ...
     assert promotion.history(store, NAME) == []  # ... the record did not reach main
     left = promotion.pending(client, NAME)
     assert left is not None and left["version"] == v1
-    monkeypatch.setattr(promotion.moves, "append_log", real)
+    monkeypatch.setattr(promotion, "append_log", real)
     record, outcome = promotion.execute(client, store, SPEC, request(version=v1))  # the re-tick
     assert outcome == "resumed" and record["id"] == left["id"]
     assert promotion.history(store, NAME) == [left] and promotion.pending(client, NAME) is None
     # A crash after the log was written but before the tags: the rerun does not append twice.
     v2 = register(client, "2013-01-16", against=v1)
-    monkeypatch.setattr(promotion.moves, "append_log", lambda *a, **k: (real(*a, **k), crash())[0])
+    monkeypatch.setattr(promotion, "append_log", lambda *a, **k: (real(*a, **k), crash())[0])
     with pytest.raises(KeyboardInterrupt):
         promotion.execute(client, store, SPEC, request(version=v2))
-    monkeypatch.setattr(promotion.moves, "append_log", real)
+    monkeypatch.setattr(promotion, "append_log", real)
     record, outcome = promotion.execute(client, store, SPEC, request(version=v2))
     assert outcome == "resumed" and [r["version"] for r in promotion.history(store, NAME)] == [v1, v2]
     assert json.loads(client.get_model_version(NAME, v2).tags["promotion.last"])["id"] == record["id"]

@@ -9,28 +9,20 @@ import math
 import dagster as dg
 import pytest
 
-from ml_assets.records import (
-    CheckpointRecord,
-    EvaluationRecord,
-    FeaturesRecord,
-    GateTags,
-    MonitorRecord,
-    PredictionsRecord,
-    PromotionRecord,
-    Provenance,
-    PublishCommit,
-    RawCommit,
-    RawRecord,
-    RecordError,
-    RegisteredRecord,
-    SnapshotRecord,
-    StoredObject,
-    TunedRecord,
-    VersionTags,
-    latest,
-)
+from ml_assets.evaluation.record import EvaluationRecord
+from ml_assets.features.record import FeaturesRecord
+from ml_assets.ingest.record import RawCommit, RawRecord
+from ml_assets.promotion.record import PromotionRecord
+from ml_assets.records.base import RecordError
+from ml_assets.records.provenance import Provenance, StoredObject
+from ml_assets.records.read import latest
+from ml_assets.registry.record import GateTags, RegisteredRecord, VersionTags
+from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
 from ml_assets.trainer.config import DataRef
 from ml_assets.trainer.result import TrainingResult
+from ml_assets.training.record import CheckpointRecord
+from ml_assets.tuning.record import TunedRecord
+from ml_assets.validation.record import PublishCommit, SnapshotRecord
 
 OBJECT = StoredObject(table="rows", path="rows/date=2013-02-01/part-0.parquet", sha256="a" * 64, bytes=10, rows=3)
 

@@ -13,12 +13,13 @@ import polars as pl
 import pytest
 
 from ml_assets.definitions import build_definitions
-from ml_assets.defs.automation.retrain import REASON_TAG, RETRAIN_TAG, latest_partition
 from ml_assets.deploy.alerts.sensor import build_lifecycle_sensor
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
 from ml_assets.promotion.assets import promotion_run_config
-from ml_assets.records import MonitorRecord, PredictionsRecord, latest
+from ml_assets.records.read import latest
 from ml_assets.resources.links import DagsterLinksResource
+from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
+from ml_assets.scoring.retrain import REASON_TAG, RETRAIN_TAG, latest_partition
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError, load_spec
 from ml_assets_tests.conftest import flights_files, small_training, write_spec

@@ -14,14 +14,19 @@ import numpy as np
 import polars as pl
 from mlflow.tracking import MlflowClient
 
-from ml_assets import promotion, registry
 from ml_assets.definitions import build_definitions
+from ml_assets.features.record import FeaturesRecord
 from ml_assets.layout import Layout
-from ml_assets.records import FeaturesRecord, PredictionsRecord, SnapshotRecord, VersionTags, latest
+from ml_assets.promotion import moves as promotion
+from ml_assets.records.read import latest
+from ml_assets.registry import versions as registry
+from ml_assets.registry.record import VersionTags
 from ml_assets.scoring.predictions import read_about
+from ml_assets.scoring.record import PredictionsRecord
 from ml_assets.serving.predict import predict
 from ml_assets.settings import load_settings
 from ml_assets.spec import load_spec
+from ml_assets.validation.record import SnapshotRecord
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import cli_env, small_training, write_spec
 

@@ -494,7 +494,7 @@ def test_rebuild_refuses_code_that_changed_since_the_pin_naming_the_file(tmp_pat
 
 
 def test_preflight_refuses_a_wrong_shape_before_training_and_passes_a_good_factory(tmp_path):
-    from ml_assets.defs.training.preflight import check_model
+    from ml_assets.training.preflight import check_model
 
     data = toy_data(tmp_path / "data", train_rows=200, val_rows=50)
     good, code_path = factory(tmp_path / "code")

@@ -69,7 +69,7 @@ def test_outside_dagster_the_result_is_written_beside_the_export(trained):
     """A run by hand (no Pipes) leaves report.json: what the asset would have reported, typed as Pipes types it."""
     import dagster as dg
 
-    from ml_assets.resources.training import metadata_from_pipes
+    from ml_assets.training.launcher import metadata_from_pipes
 
     cfg, root, proc = trained
     report = json.loads((root / "out" / "report.json").read_text())

@@ -13,8 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ml_assets.ingest.sources import ROWS, read_day
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import ROWS, read_day
 from ml_assets.spec import load_spec
 from ml_assets.validation.replay import replay
 from ml_assets_tests.conftest import BUNDLED_SPEC

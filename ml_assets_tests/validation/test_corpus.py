@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ml_assets.defs.raw.assets import build_raw_data
-from ml_assets.defs.snapshots.assets import build_validated_snapshot
+from ml_assets.ingest.assets import build_raw_data
 from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.assets import build_validated_snapshot
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files
 

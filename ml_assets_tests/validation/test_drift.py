@@ -3,7 +3,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from ml_assets.sources import read_day
+from ml_assets.ingest.sources import read_day
 from ml_assets.spec import load_spec
 from ml_assets.validation.drift import DAY, drift_check
 from ml_assets.validation.stats import pooled_counts, psi_of

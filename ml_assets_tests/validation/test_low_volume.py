@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from ml_assets.ingest.sources import ROWS, read_day
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import ROWS, read_day
 from ml_assets.spec import ModelSpec, load_spec
 from ml_assets.validation.replay import replay
 

@@ -5,8 +5,8 @@ import datetime as dt
 
 import polars as pl
 
+from ml_assets.ingest.sources import ROWS, read_day
 from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.sources import ROWS, read_day
 from ml_assets.spec import load_spec
 from ml_assets.validation.replay import replay
 

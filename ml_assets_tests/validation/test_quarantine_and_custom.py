@@ -3,7 +3,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from ml_assets.sources import read_day
+from ml_assets.ingest.sources import read_day
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.custom import CustomCheckError, load_check, run_custom
 from ml_assets.validation.run import quarantinable, run_checks

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ml_assets.sources import read_day
+from ml_assets.ingest.sources import read_day
 from ml_assets.spec import ModelSpec, VolumeSpec, load_spec
 from ml_assets.validation.checks import volume_check
 from ml_assets.validation.drift import DAY, drift_check

@@ -3,10 +3,10 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from ml_assets.sources import read_day
+from ml_assets.ingest.sources import read_day
 from ml_assets.spec import load_spec
 from ml_assets.validation.outcome import MAX_FAILING_ROWS
-from ml_assets.validation.schema import KEYS, NULLS, RANGES, SCHEMA, schema_checks
+from ml_assets.validation.schema_checks import KEYS, NULLS, RANGES, SCHEMA, schema_checks
 from ml_assets_tests.conftest import BUNDLED_SPEC
 
 
@@ -105,7 +105,7 @@ def test_unique_keys_check_agrees_with_polars_is_duplicated():
     import numpy as np
     from pandera.api.polars.types import PolarsData
 
-    from ml_assets.validation.schema import unique_keys
+    from ml_assets.validation.schema_checks import unique_keys
 
     rng = np.random.default_rng(3)
     frame = pl.DataFrame({
@@ -129,7 +129,7 @@ def test_key_hashes_are_equal_for_equal_keys_and_distinct_over_a_real_year(spec)
     column, whatever its width or sign, hash apart; and over the bundled year (336,776 rows, every key
     distinct) no two rows share a hash, so the one-pass verdict never has to fall back to pandera on
     real data."""
-    from ml_assets.sources import _bundled_table
+    from ml_assets.ingest.sources import _bundled_table
     from ml_assets.validation.keys import _key_hashes, _shared_hashes, _shares_a_hash
 
     frame = pl.DataFrame({"a": [1, 2, 1, None, None, 7, 7], "b": ["2", "1", "2", "x", "x", "7", "8"]})
@@ -166,7 +166,7 @@ def test_the_one_pass_verdict_never_passes_what_pandera_fails(spec, day_rows, ba
     it must say False, so that pandera's own validation runs and reports."""
     import pandera.polars as pa
 
-    from ml_assets.validation.schema import build_schema, passes
+    from ml_assets.validation.schema_checks import build_schema, passes
 
     first = pl.int_range(pl.len()) == 0
     frame = {
@@ -224,7 +224,7 @@ def test_integer_columns_are_checked_against_whole_number_bounds():
     import pandera.polars as pa
 
     from ml_assets.spec import DataSchema
-    from ml_assets.validation.schema import bounds, build_schema
+    from ml_assets.validation.schema_checks import bounds, build_schema
 
     schema = DataSchema.model_validate({"columns": {
         "i": {"dtype": "int64", "min": 1.5, "max": 4.5}, "f": {"dtype": "float64", "min": 1.5, "max": 4.5},
@@ -246,7 +246,7 @@ def test_the_one_pass_verdict_on_categories_matches_pandera():
     import pandera.polars as pa
 
     from ml_assets.spec import DataSchema
-    from ml_assets.validation.schema import FEW_CATEGORIES, build_schema, passes
+    from ml_assets.validation.schema_checks import FEW_CATEGORIES, build_schema, passes
 
     many = [f"v{i}" for i in range(FEW_CATEGORIES + 1)]
     schema = DataSchema.model_validate({"columns": {
@@ -287,7 +287,7 @@ def test_the_one_pass_verdict_runs_other_checks_through_panderas_backend():
     import pandera.polars as pa
 
     from ml_assets.spec import DataSchema
-    from ml_assets.validation.schema import passes
+    from ml_assets.validation.schema_checks import passes
 
     schema = DataSchema.model_validate({"columns": {"x": {"dtype": "int64", "nullable": True}}, "keys": []})
     validator = pa.DataFrameSchema(

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 import yaml
 
-from ml_assets.sources import ROWS, read_day
+from ml_assets.ingest.sources import ROWS, read_day
 from ml_assets.spec import SpecError, load_spec
 from ml_assets.validation.drift import drift_check
 from ml_assets.validation.replay import replay

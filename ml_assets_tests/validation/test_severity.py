@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 import yaml
 
-from ml_assets.defs.common import asset_key
-from ml_assets.defs.raw.assets import build_raw_data
-from ml_assets.defs.snapshots.assets import build_validated_snapshot
+from ml_assets.ingest.assets import build_raw_data
+from ml_assets.pipeline.graph import ModelGraph, Stage
 from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec, SpecError, parse_spec
+from ml_assets.validation.assets import build_validated_snapshot
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files
 
@@ -79,9 +79,9 @@ def test_a_disabled_check_is_neither_run_nor_loaded(bundled_spec_dict):
     assert {s.name for s in snapshot.check_specs} == {"schema", "nulls", "ranges_and_categories", "duplicate_keys",
                                                        "volume", "freshness"}
     assert "Checks disabled by the spec: drift, custom_anything." in snapshot.descriptions_by_key[
-        asset_key(spec, "validated_snapshot")]
+        ModelGraph(spec).key(Stage.VALIDATED_SNAPSHOT)]
 
-    from ml_assets.sources import read_day
+    from ml_assets.ingest.sources import read_day
     from ml_assets.validation.run import run_checks
 
     outcomes = run_checks(spec, read_day(spec, DAY).tables["rows"], DAY, {})
@@ -89,7 +89,7 @@ def test_a_disabled_check_is_neither_run_nor_loaded(bundled_spec_dict):
 
 
 def test_check_settings_change_the_snapshot_code_version(bundled_spec_dict):
-    key = asset_key(ModelSpec.model_validate(bundled_spec_dict), "validated_snapshot")
+    key = ModelGraph(ModelSpec.model_validate(bundled_spec_dict)).key(Stage.VALIDATED_SNAPSHOT)
     versions = {build_validated_snapshot(ModelSpec.model_validate(_spec(bundled_spec_dict, checks)))
                 .code_versions_by_key[key] for checks in ({}, {"drift": {"severity": "warn"}},
                                                           {"drift": {"enabled": False}})}

@@ -10,10 +10,10 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from ml_assets.defs.raw.assets import build_raw_data
-from ml_assets.defs.snapshots.assets import build_validated_snapshot
+from ml_assets.ingest.assets import build_raw_data
 from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.assets import build_validated_snapshot
 from ml_assets.versioning import LocalVersionStore
 from ml_assets_tests.conftest import flights_files
 
@@ -89,11 +89,11 @@ def test_bad_waivers_are_refused_by_the_spec(bundled_spec_dict, waivers, words):
 
 
 def test_waivers_do_not_change_the_snapshot_code_version(bundled_spec_dict):
-    from ml_assets.defs.common import asset_key
+    from ml_assets.pipeline.graph import ModelGraph, Stage
 
     plain = _spec(bundled_spec_dict, bundled_spec_dict["source"], [])
     waived = _spec(bundled_spec_dict, bundled_spec_dict["source"],
                    [{"day": "2013-06-12", "checks": ["drift"], "reason": REASON}])
-    key = asset_key(plain, "validated_snapshot")
+    key = ModelGraph(plain).key(Stage.VALIDATED_SNAPSHOT)
     versions = [build_validated_snapshot(s).code_versions_by_key[key] for s in (plain, waived)]
     assert versions[0] == versions[1]

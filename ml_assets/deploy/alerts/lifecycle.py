@@ -6,7 +6,7 @@ Events are read from the instance's records, so a notification says what the rec
   @champion (a request already in effect, outcome ``unchanged``, moved nothing and says nothing);
 - a blocking limit crossed: a materialization of ``<model>/model_monitor`` with status ``blocked``;
 - a retraining launched on evidence: a run of ``<model>_daily`` tagged ``ml_assets/retrain:
-  degradation`` (defs/automation/retrain.py), with the reason it carries.
+  degradation`` (ml_assets/scoring/retrain.py), with the reason it carries.
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ import datetime as dt
 
 import dagster as dg
 
-from ml_assets.records import MonitorRecord, PromotionRecord
+from ml_assets.pipeline.graph import Stage, daily_job_name, stage_key
+from ml_assets.promotion.record import PromotionRecord
 from ml_assets.records.runs import RETRAIN_TAG, RetrainTags, RunLabels
-
-PRODUCTION_STAGE = "production_model"
-MONITOR_STAGE = "model_monitor"
+from ml_assets.scoring.record import MonitorRecord
 
 
 def keys(models: list[str]) -> list[dg.AssetKey]:
-    return [dg.AssetKey([model, stage]) for model in models for stage in (PRODUCTION_STAGE, MONITOR_STAGE)]
+    return [stage_key(model, stage) for model in models for stage in (Stage.PRODUCTION_MODEL, Stage.MODEL_MONITOR)]
 
 
 def promotion_message(record: PromotionRecord, run_url: str) -> dict:
@@ -47,7 +46,7 @@ def monitor_message(record: MonitorRecord, run_url: str) -> dict:
 
 
 def retraining_message(run: dg.DagsterRun, run_url: str) -> dict:
-    labels, retrain = RunLabels.from_tags(run.tags, run.job_name.removesuffix("_daily")), RetrainTags.from_tags(run.tags)
+    labels, retrain = RunLabels.from_tags(run.tags, run.job_name.removesuffix(daily_job_name(""))), RetrainTags.from_tags(run.tags)
     why = retrain.reason if retrain else ""
     return {"kind": "retraining", "text": f"{labels.model}: retraining partition {labels.partition} launched: {why}",
             "model": labels.model, "partition": labels.partition, "reason": why, "run_id": run.run_id,
@@ -68,7 +67,7 @@ def events(instance: dg.DagsterInstance, models: list[str], after: int, limit: i
 def message(event: dg.EventLogRecord, run_url: str) -> dict | None:
     """The message one materialization makes, or None (an unchanged promotion, a monitor not blocked)."""
     metadata = event.asset_materialization.metadata
-    if event.asset_key.path[-1] == PRODUCTION_STAGE:
+    if event.asset_key.path[-1] == Stage.PRODUCTION_MODEL:
         record = PromotionRecord.from_metadata(metadata)
         return promotion_message(record, run_url) if record.outcome != "unchanged" else None
     monitored = MonitorRecord.from_metadata(metadata)
@@ -80,7 +79,7 @@ def retrainings(instance: dg.DagsterInstance, models: list[str], after: dt.datet
     found = []
     for model in models:
         found += instance.get_run_records(filters=dg.RunsFilter(
-            job_name=f"{model}_daily", tags={RETRAIN_TAG: "degradation"}, created_after=after), limit=limit)
+            job_name=daily_job_name(model), tags={RETRAIN_TAG: "degradation"}, created_after=after), limit=limit)
     return sorted(found, key=lambda r: r.create_timestamp)[:limit]
 
 

@@ -127,7 +127,7 @@ def training_step_k8s_config(spec: ModelSpec, defaults: TrainingDefaults, *, lau
     """The training step's pod (per_step_k8s_config of its op), merged by dagster-k8s over
     :func:`step_k8s_config`: the spec's GPUs as ``nvidia.com/gpu`` limits, /dev/shm, placement.
 
-    With nodes > 1 this pod only launches and watches the Indexed Job (ml_assets.deploy.k8s.torchrun), so it
+    With nodes > 1 this pod only launches and watches the Indexed Job (ml_assets.training.k8s_launch), so it
     asks for no GPU itself."""
     pod = spec.training.pod
     single = not (spec.training.nodes > 1 if launches_only is None else launches_only)
@@ -186,7 +186,7 @@ def tuning_op_name(spec: ModelSpec) -> str:
 
 def executor_config(specs: list[ModelSpec], defaults: TrainingDefaults, step_resources: dict | None = None) -> dict:
     """The k8s_job_executor's config for the code location's specs. The tuning step's trial workers
-    are pods of their own (ml_assets.deploy.k8s.tuning): its pod only launches them, like a multi-node
+    are pods of their own (ml_assets.tuning.k8s_job): its pod only launches them, like a multi-node
     training step's."""
     per_step = {}
     for spec in specs:

@@ -1,0 +1,153 @@
+"""Code versions: what marks an asset changed in the UI, and what a reproduction must run.
+
+A stage's code version is derived, not listed: it hashes every module of this package that its
+asset module imports, directly or through other modules (imports inside functions included: they
+are code the stage runs), plus the roots a stage starts in another process (the trainer under
+torchrun, a study's workers), the spec sections it reads and a model factory's pinned code. The
+imports are read from the source files (``ast``), not executed, so building definitions imports
+neither torch nor scikit-learn; each file is read and parsed once per process.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+from collections.abc import Iterable
+from pathlib import Path
+
+from ml_assets.settings import PACKAGE_DIR
+from ml_assets.spec import ModelSpec
+from ml_assets.spec.architecture import ArchitectureSpec
+from ml_assets.trainer import code_pin
+
+PACKAGE = "ml_assets"
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of a module of this package (a package's ``__init__.py``), or None."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+@functools.cache
+def _parsed(path: Path) -> tuple[bytes, ast.Module]:
+    data = path.read_bytes()
+    return data, ast.parse(data, filename=str(path))
+
+
+def _imported_names(tree: ast.Module, module: str, is_package: bool) -> Iterable[str]:
+    """Every module name an import statement in ``tree`` may load (``from a import b`` may be the
+    module ``a.b`` or a name in ``a``: both are returned), outside ``if TYPE_CHECKING:`` blocks."""
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+@functools.cache
+def imports_of(module: str) -> frozenset[str]:
+    """The modules of this package that ``module`` imports, its parent packages included (importing
+    ``a.b.c`` runs ``a`` and ``a.b`` first)."""
+    path = module_file(module)
+    if path is None:
+        raise ValueError(f"code_version: no module {module!r} in {PACKAGE}")
+    if module == PACKAGE:
+        # Its one import (the definitions, on first access to ``ml_assets.code_location``) runs when
+        # Dagster loads the code location, never inside a stage; followed, it would make every
+        # stage depend on all of them.
+        return frozenset()
+    # The module's own parent packages ran before it did: not what it imports.
+    own = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+    found = set()
+    for name in _imported_names(_parsed(path)[1], module, path.name == "__init__.py"):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            candidate = ".".join(parts[:i])
+            if candidate != module and candidate not in own and module_file(candidate) is not None:
+                found.add(candidate)
+    return frozenset(found)
+
+
+@functools.cache
+def closure(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """``roots`` and every module of this package they import, transitively, sorted."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(imports_of(module) - seen)
+    return tuple(sorted(seen))
+
+
+@functools.cache
+def _closure_digest(roots: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    for module in closure(roots):
+        digest.update(module.encode())
+        digest.update(_parsed(module_file(module))[0])
+    return digest.hexdigest()
+
+
+def _outside_digest(name: str) -> str:
+    """A module from outside this package (a custom transform's), hashed whole, a package with all its files."""
+    found = importlib.util.find_spec(name)
+    if found is None or found.origin is None:
+        raise ValueError(f"code_version: no module {name!r}")
+    digest = hashlib.sha256()
+    for path in (sorted(Path(found.origin).parent.rglob("*.py")) if found.submodule_search_locations
+                 else [Path(found.origin)]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def code_version(spec: ModelSpec, sections: tuple[str, ...], *roots: str,
+                 factory: ArchitectureSpec | None = None) -> str:
+    """Changes when the spec ``sections`` a stage reads, or the code it runs, change.
+
+    ``roots``: the stage's asset module (its ``__name__``) and the modules it runs in other
+    processes; every module of this package they import counts. A root from outside this package
+    (a custom transform's module) is hashed whole. ``factory``: a model factory, pinned as the
+    trainer pins it (ml_assets.trainer.code_pin).
+    """
+    digest = hashlib.sha256(spec.fingerprint(*sections).encode())
+    if factory is not None and factory.module:
+        digest.update(code_pin.content(factory.module, factory.code_path or "")[1].encode())
+    ours = tuple(sorted({r for r in roots if module_file(r) is not None}))
+    digest.update(_closure_digest(ours).encode())
+    for name in roots:
+        if name not in ours:
+            digest.update(_outside_digest(name).encode())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def package_code_version() -> str:
+    """A hash of the ml_assets package's source: what a reproduction must run."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

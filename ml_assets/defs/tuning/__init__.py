@@ -1,1 +1,0 @@
-"""hyperparameters: an Optuna study per model, whose best parameters feed training."""

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import dagster as dg
+
+from ml_assets.pipeline.graph import ModelGraph
+from ml_assets.records.runs import RetrainTags
+from ml_assets.spec import ModelSpec
+
+# Run tags the production instance's queue acts on (ml_assets/instance/production.yaml): runs that
+# train carry their team in TRAINING_TEAM_TAG, limited per team, so teams share the GPUs fairly.
+TRAINING_TEAM_TAG = "ml_assets/training_team"
+MAX_RUNTIME_TAG = "dagster/max_runtime"  # seconds; run monitoring cancels and fails a longer run
+
+
+def job_tags(spec: ModelSpec, trains: bool) -> dict[str, str]:
+    tags = {"ml_assets/model": spec.name, "team": spec.owner}
+    if trains:
+        tags[TRAINING_TEAM_TAG] = spec.owner
+        tags[MAX_RUNTIME_TAG] = str(spec.training.max_runtime_minutes * 60)
+    return tags
+
+
+def build_daily_job(spec: ModelSpec, assets: list[dg.AssetsDefinition],
+                    executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+    return dg.define_asset_job(
+        name=ModelGraph(spec).daily_job,
+        selection=dg.AssetSelection.assets(*assets),
+        description=f"Ingest, validate, featurize, train, evaluate and register {spec.name} for one day.",
+        tags=job_tags(spec, trains=True),
+        executor_def=executor_def,
+    )
+
+
+def build_ingest_job(spec: ModelSpec, assets: list[dg.AssetsDefinition]) -> dg.JobDefinition:
+    """raw_data -> validated_snapshot -> features: what a backfill of history runs, without training.
+
+    Three short steps in a line: run in the run worker's process by default (a process per step
+    would only add its start-up to each step); run config can still ask for the multiprocess
+    executor (``execution: {config: {multiprocess: {}}}``)."""
+    return dg.define_asset_job(
+        name=ModelGraph(spec).ingest_job,
+        selection=dg.AssetSelection.assets(*assets),
+        description=f"Ingest, validate and featurize {spec.name} for one day (backfills of history).",
+        tags=job_tags(spec, trains=False),
+        executor_def=dg.multi_or_in_process_executor,
+        config={"execution": {"config": {"in_process": {}}}},
+    )
+
+
+def build_daily_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    # Stopped by default: turning on daily retraining is a decision, not a side effect of deploying.
+    # Its runs say why they train, as a retraining on evidence does (ml_assets/scoring/retrain.py).
+    return dg.build_schedule_from_partitioned_job(job, hour_of_day=2, default_status=dg.DefaultScheduleStatus.STOPPED,
+                                                  tags=RetrainTags(why="schedule").to_tags())

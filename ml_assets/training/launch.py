@@ -1,0 +1,91 @@
+"""One training of a partition's window: its config, the torchrun launch, and what the launch's
+outcome means (a preemption to retry, a held lease, a crash) or the checkpoint record it made."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from ml_assets.features.build import feature_columns
+from ml_assets.features.record import FeaturesRecord
+from ml_assets.layout import Layout
+from ml_assets.records.base import unwrap
+from ml_assets.step import Step
+from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.result import TrainingResult
+from ml_assets.training.launcher import TorchrunLauncher, TrainingOutcome, TrainingPreempted
+from ml_assets.training.preflight import check_model
+from ml_assets.training.prepare import Prepared
+from ml_assets.training.record import CheckpointRecord
+from ml_assets.training.trainer_config import train_config
+from ml_assets.training.tuned import Tuned
+from ml_assets.training.window import Window
+
+
+def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned | None) -> TrainConfig:
+    """The trainer's config; checkpoints keyed by the config's fingerprint (a re-run resumes)."""
+    layout = Layout.of(step.spec)
+    try:  # a factory's code is pinned as the config is made, then tried before anything is launched
+        cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
+                           layout.output_dir(checkpoint_root, step.partition, step.run_id),
+                           tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}",
+                           data_mode=prepared.data.mode)
+        check_model(cfg)
+    except ValueError as exc:
+        raise step.failure(exc) from None
+    return dataclasses.replace(cfg, checkpoint_dir=layout.checkpoint_dir(checkpoint_root, step.partition,
+                                                                         cfg.fingerprint()))
+
+
+def launch(context: dg.AssetExecutionContext, step: Step, launcher: TorchrunLauncher, cfg: TrainConfig,
+           window: Window) -> tuple[TrainingResult, list[dict[str, Any]]]:
+    """Run torchrun; the trainer's result and progress reports, or the failure that says what happened."""
+    spec, training = step.spec, step.spec.training
+    with tempfile.TemporaryDirectory(prefix="ml_assets-train-") as tmp:
+        config_path = Path(tmp) / "train_config.json"
+        config_path.write_text(cfg.to_json())
+        nodes = f" on each of {training.nodes} nodes" if training.nodes > 1 and launcher.spreads_nodes else ""
+        context.log.info(f"trained_checkpoint {step.partition}: torchrun with {launcher.processes(spec)} processes"
+                         f"{nodes}: {window.describe()}; data {cfg.data_mode}; checkpoints in {cfg.checkpoint_root}")
+        outcome = launcher.train(context, spec, str(config_path), cfg.output_dir)
+    check_outcome(step, outcome, cfg)
+    return TrainingResult(**{k: unwrap(v) for k, v in outcome.result.metadata.items()}), outcome.progress
+
+
+def check_outcome(step: Step, outcome: TrainingOutcome, cfg: TrainConfig) -> None:
+    if outcome.preempted is not None:
+        raise TrainingPreempted(
+            f"{step.where}: training was stopped ({outcome.preempted.get('signal') or 'SIGTERM'}) and checkpointed "
+            f"at step {outcome.preempted.get('step')}; the retry resumes from there")
+    if outcome.lease_held is not None:
+        raise step.failure(outcome.lease_held["message"])
+    if outcome.refused is not None:
+        raise step.failure(outcome.refused["message"])
+    if outcome.returncode != 0 or outcome.result is None:
+        if outcome.returncode < 0:  # torchrun itself was killed (the OOM killer, kill -9)
+            why = (f"torchrun was killed by {signal.Signals(-outcome.returncode).name}; its ranks checkpointed if "
+                   "they could and exited (docs/training.md), and running the partition again resumes")
+        else:
+            why = (f"the trainer exited with code {outcome.returncode} (torchrun restarted crashed workers up to "
+                   f"{step.spec.training.max_restarts} times); its log above says why")
+        raise step.failure(f"{why}. Checkpoints stay in {cfg.checkpoint_root}")
+
+
+def checkpoint_record(step: Step, result: TrainingResult, window: Window, records: dict[str, FeaturesRecord],
+                      prepared: Prepared, cfg: TrainConfig, tuned: Tuned | None,
+                      progress: list[dict[str, Any]]) -> CheckpointRecord:
+    return CheckpointRecord(
+        result=result, repository=step.spec.repository,
+        train_days=[d.isoformat() for d in window.train_days], val_days=[d.isoformat() for d in window.val_days],
+        skipped_days=window.skipped_json(), data_commits={d: r.data_commit for d, r in records.items()},
+        feature_files=tuple(r.ref(d) for d, r in records.items()), feature_state_uri=prepared.state.uri,
+        features=feature_columns(step.spec), training_config=json.loads(cfg.to_json()),
+        hyperparameters=tuned.as_metadata() if tuned else {"source": "the spec's training section"},
+        data=prepared.data.as_metadata(),
+        progress=[{k: m[k] for k in ("step", "loss", "samples_per_s", "lr", "time")} for m in progress])
