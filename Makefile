@@ -23,12 +23,13 @@ DAY ?=
 MODELS_DIRS ?= $(CURDIR)/ml_assets/models:$(CURDIR)/examples/ft_transformer
 WITH_MODELS := ML_ASSETS_MODELS_DIR=$${ML_ASSETS_MODELS_DIR:-$(MODELS_DIRS)}
 
-.PHONY: help install demo test dev mlflow-ui materialize production-instance lint clean
+.PHONY: help install demo test test-fast dev mlflow-ui materialize production-instance lint clean
 
 help:
 	@echo "make demo         set up .venv and run the main job for $(MODEL) on embedded defaults"
 	@echo "                  (MODEL=flights_delay_ft: the same with FT-Transformer, a model of your own)"
-	@echo "make test         run the test suite"
+	@echo "make test         run the test suite (what CI runs)"
+	@echo "make test-fast    the suite less its end-to-end, torchrun and slow tests: a few minutes"
 	@echo "make dev          Dagster UI on http://127.0.0.1:3000 against $(ML_ASSETS_HOME)"
 	@echo "make mlflow-ui    MLflow UI on http://127.0.0.1:5000 against the same home"
 	@echo "make materialize DAY=YYYY-MM-DD   one more day of $(MODEL) through the dagster CLI"
@@ -58,6 +59,10 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 TEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+# The edit-test loop: everything but the tests marked e2e, torchrun or slow (pyproject.toml).
+test-fast: install
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not torchrun and not slow"
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(WITH_MODELS) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

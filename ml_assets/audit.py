@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ml_assets import lineage as lin
-from ml_assets.layout import META_FILE, WEIGHTS_FILE
+from ml_assets.evaluation.document import EvaluationReport
+from ml_assets.layout import META_FILE, MLFLOW_EVALUATION, WEIGHTS_FILE
 from ml_assets.names import repo_for_model
 from ml_assets.processes import child_env
 from ml_assets.promotion import moves as promotion
@@ -32,7 +33,8 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
     mv = client.get_model_version(model, chain["version"])
     tags = VersionTags.from_tags(mv.tags)
     gate = tags.gate
-    report = registry.run_json(client, mv.run_id, "evaluation/evaluation_report.json")
+    found = registry.run_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json")
+    report = EvaluationReport.from_dict(found) if found else None
     config = registry.run_json(client, mv.run_id, "training/train_config.json")
     records = promotion.history(store, model)
     champion = registry.by_alias(client, model, registry.CHAMPION)
@@ -45,13 +47,7 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
             "gate": gate and gate.gate, "gate_reason": gate and gate.gate_reason,
             "compared_with_champion": gate and gate.gate_champion_version,
             "report_uri": gate and gate.evaluation_report_uri, "report_sha256": gate and gate.evaluation_report_sha256,
-            "metrics": (report or {}).get("metrics"), "primary_metric": (report or {}).get("primary_metric"),
-            "primary_interval": (report or {}).get("primary_interval"),
-            "champion_metrics": ((report or {}).get("champion") or {}).get("metrics"),
-            "primary_delta": (report or {}).get("primary_delta"), "test_rows": (report or {}).get("test_rows"),
-            "test_data_commit": (report or {}).get("test_data_commit"),
-            "test_days": (report or {}).get("test_days"),
-            "gate_clauses": ((report or {}).get("gate") or {}).get("clauses"),
+            **_report_evidence(report),
         },
         "data_days": [{"day": d["day"], "role": d["role"], "snapshot_commit": d.get("snapshot_commit"),
                        "checks_passed": (d.get("published") or {}).get("checks_passed"),
@@ -71,6 +67,20 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
         "lineage_checks": [{"what": c.what, "status": c.status, "where": c.where} for c in trace.checks],
         "mismatches": len(trace.mismatches),
     }
+
+
+def _report_evidence(report: EvaluationReport | None) -> dict[str, Any]:
+    """What the audit shows of the evaluation report, as JSON (None where there is no report)."""
+    if report is None:
+        return dict.fromkeys(("metrics", "primary_metric", "primary_interval", "champion_metrics", "primary_delta",
+                              "test_rows", "test_data_commit", "test_days", "gate_clauses"))
+    return {"metrics": report.metrics, "primary_metric": report.primary_metric,
+            "primary_interval": list(report.primary_interval),
+            "champion_metrics": report.champion.metrics if report.champion else None,
+            "primary_delta": list(report.primary_delta) if report.primary_delta else None,
+            "test_rows": report.test_rows, "test_data_commit": report.test_data_commit,
+            "test_days": list(report.test_days),
+            "gate_clauses": [c.to_dict() for c in report.gate.clauses] if report.gate else None}
 
 
 def render_markdown(a: dict[str, Any]) -> str:

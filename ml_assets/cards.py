@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ml_assets.evaluation.document import EvaluationReport
 from ml_assets.layout import MLFLOW_EVALUATION, MLFLOW_PLOTS
 from ml_assets.registry.record import VersionTags
 from ml_assets.spec import ModelSpec
@@ -32,14 +34,15 @@ PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion_matrix
 
 
 def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> dict[str, Any]:
-    """Everything a card shows of one version, JSON-able. ``promotions``: the promotion log's records
-    (ml_assets.promotion.history); those naming this version are kept."""
+    """Everything a card shows of one version (``report``: its EvaluationReport, None without one). ``promotions``: the promotion log's records
+    (ml_assets.promotion.moves.history); those naming this version are kept."""
     from ml_assets.registry import versions as registry
 
     mv = registry.get_version(client, spec.name, version)
     tags = VersionTags.from_tags(mv.tags)
     champion = registry.by_alias(client, spec.name, registry.CHAMPION)
-    report = registry.run_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json") or {}
+    found = registry.run_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json")
+    report = EvaluationReport.from_dict(found) if found else None
     config = registry.run_json(client, mv.run_id, "training/train_config.json") or {}
     return {
         "model": spec.name, "version": str(mv.version), "aliases": sorted(getattr(mv, "aliases", []) or []),
@@ -64,35 +67,39 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
 
 def limits(card: dict[str, Any]) -> list[str]:
     """What the evaluation found that a user of the model should know, in plain sentences."""
-    report, found = card["report"], []
-    primary = report.get("primary_metric")
-    interval = report.get("primary_interval")
-    if primary and interval:
-        lo, hi = interval
-        found.append(f"{primary} is known only to within {lo:.4f}..{hi:.4f} ({report.get('confidence_level', 0.95):.0%} "
-                     f"interval, {report.get('test_rows')} held-out rows of {', '.join(report.get('test_days') or [])})")
-    slices = [s for s in report.get("slices") or [] if s.get("metric") is not None]
-    if primary and slices and (value := (report.get("metrics") or {}).get(primary)) is not None:
-        worst = min(slices, key=lambda s: s["metric"])
-        found.append(f"weakest slice: {worst['column']}={worst['value']} ({worst['rows']} rows), {primary} "
-                     f"{worst['metric']:.4f} against {value:.4f} overall")
-    too_small = [f"{s['column']}={s['value']}" for s in report.get("slices") or [] if s.get("reason")]
-    if too_small:
-        found.append(f"{len(too_small)} slice(s) too small to judge: {', '.join(too_small[:8])}"
-                     + (" ..." if len(too_small) > 8 else ""))
-    for regression in report.get("slice_regressions") or []:
-        found.append(f"worse than the champion on a slice: {regression}")
-    ece = (report.get("metrics") or {}).get("ece")
-    if ece is not None:
-        found.append(f"calibration: expected calibration error {ece:.4f} (a probability of p means about p, "
-                     f"give or take this much)")
+    report: EvaluationReport | None = card["report"]
+    found = _evaluation_limits(report) if report else []
     if card["skipped_days"]:
         found.append(f"trained without {len(card['skipped_days'])} day(s) of its window: "
                      + "; ".join(f"{d} ({why})" for d, why in sorted(card["skipped_days"].items())))
-    for clause in (report.get("gate") or {}).get("clauses") or []:
-        if not clause.get("ok"):
-            found.append(f"failed at registration: {clause.get('detail') or clause.get('name')}")
+    for clause in report.gate.clauses if report and report.gate else ():
+        if not clause.ok:
+            found.append(f"failed at registration: {clause.detail or clause.name}")
     found += card["card"]["considerations"]
+    return found
+
+
+def _evaluation_limits(report: EvaluationReport) -> list[str]:
+    found, primary = [], report.primary_metric
+    lo, hi = report.primary_interval
+    if primary and not math.isnan(lo):
+        found.append(f"{primary} is known only to within {lo:.4f}..{hi:.4f} ({report.confidence_level:.0%} "
+                     f"interval, {report.test_rows} held-out rows of {', '.join(report.test_days)})")
+    slices = [s for s in report.slices if s.metric is not None]
+    if primary and slices and (value := report.metrics.get(primary)) is not None:
+        worst = min(slices, key=lambda s: s.metric)
+        found.append(f"weakest slice: {worst.column}={worst.value} ({worst.rows} rows), {primary} "
+                     f"{worst.metric:.4f} against {value:.4f} overall")
+    too_small = [f"{s.column}={s.value}" for s in report.slices if s.reason]
+    if too_small:
+        found.append(f"{len(too_small)} slice(s) too small to judge: {', '.join(too_small[:8])}"
+                     + (" ..." if len(too_small) > 8 else ""))
+    for regression in report.slice_regressions:
+        found.append(f"worse than the champion on a slice: {regression.to_dict()}")
+    ece = report.metrics.get("ece")
+    if ece is not None:
+        found.append(f"calibration: expected calibration error {ece:.4f} (a probability of p means about p, "
+                     f"give or take this much)")
     return found
 
 
@@ -118,32 +125,13 @@ def render_markdown(card: dict[str, Any]) -> str:
             "that published it after its checks:", "", "| day | main commit |", "|---|---|"]
     out += [f"| {day} | `{commit[:16]}` |" for day, commit in sorted(card["data_commits"].items())]
     out += ["", "## Evaluation", ""]
-    if report:
-        primary, metrics = report.get("primary_metric"), report.get("metrics") or {}
-        lo, hi = report.get("primary_interval") or (float("nan"), float("nan"))
-        out += [f"Held-out days {', '.join(report.get('test_days') or [])} ({report.get('test_rows')} rows, data "
-                f"commit `{(report.get('test_data_commit') or '')[:16]}`). Primary metric **{primary}** "
-                f"{metrics.get(primary, float('nan')):.4f}, interval {lo:.4f}..{hi:.4f}.", ""]
-        baselines = {b["name"]: b["metrics"] for b in (report.get("baseline") or {}).get("baselines", [])}
-        champion = (report.get("champion") or {}).get("metrics") or {}
-        head = ["metric", "this model", *baselines, *(["champion then"] if champion else [])]
-        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for name, value in metrics.items():
-            cells = [f"{value:.4f}", *[_num(b.get(name)) for b in baselines.values()],
-                     *([_num(champion.get(name))] if champion else [])]
-            out.append(f"| {name} | " + " | ".join(cells) + " |")
-        judged = [s for s in report.get("slices") or [] if s.get("metric") is not None]
-        if judged:
-            out += ["", f"Slices ({primary}):", "", "| slice | rows | value |", "|---|---|---|"]
-            out += [f"| {s['column']}={s['value']} | {s['rows']} | {s['metric']:.4f} |"
-                    for s in sorted(judged, key=lambda s: s["metric"])]
-    else:
-        out.append("(no evaluation report was found in the version's MLflow run)")
-    gate = report.get("gate") or {}
+    out += _evaluation_section(report) if report else [
+        "(no evaluation report was found in the version's MLflow run)"]
+    gate = report.gate if report else None
     out += ["", "## Promotion", "",
-            f"Gate at registration: **{'passed' if gate.get('passed', True) else 'failed'}**"
-            + (f" ({gate.get('reason')})" if gate.get("reason") else "")]
-    out += [f"- {'ok' if c.get('ok') else 'FAILED'}: {c.get('detail') or c.get('name')}" for c in gate.get("clauses") or []]
+            f"Gate at registration: **{'passed' if gate is None or gate.passed else 'failed'}**"
+            + (f" ({gate.reason})" if gate and gate.reason else "")]
+    out += [f"- {'ok' if c.ok else 'FAILED'}: {c.detail or c.name}" for c in gate.clauses] if gate else []
     out += ["", "History:" if card["promotions"] else "Never promoted."]
     out += [f"- {r.get('time', '')}: {r.get('decision', r.get('action'))}, version {r.get('version')} over "
             f"{r.get('previous') or 'none'}, by {r.get('actor')}: {r.get('reason')}" for r in card["promotions"]]
@@ -156,6 +144,27 @@ def render_markdown(card: dict[str, Any]) -> str:
             f"`ml-assets lineage {card['model']} --version {card['version']}`",
             f"- trained by {pins['dagster_run_url'] or 'a Dagster run'}; MLflow run {card['mlflow_run_id']}"]
     return "\n".join(out) + "\n"
+
+
+def _evaluation_section(report: EvaluationReport) -> list[str]:
+    primary, metrics = report.primary_metric, report.metrics
+    lo, hi = report.primary_interval
+    out = [f"Held-out days {', '.join(report.test_days)} ({report.test_rows} rows, data "
+           f"commit `{report.test_data_commit[:16]}`). Primary metric **{primary}** "
+           f"{metrics.get(primary, float('nan')):.4f}, interval {lo:.4f}..{hi:.4f}.", ""]
+    baselines = {b.name: b.metrics for b in report.baseline.baselines} if report.baseline else {}
+    champion = (report.champion.metrics if report.champion else None) or {}
+    head = ["metric", "this model", *baselines, *(["champion then"] if champion else [])]
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, value in metrics.items():
+        cells = [f"{value:.4f}", *[_num(b.get(name)) for b in baselines.values()],
+                 *([_num(champion.get(name))] if champion else [])]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    judged = [s for s in report.slices if s.metric is not None]
+    if judged:
+        out += ["", f"Slices ({primary}):", "", "| slice | rows | value |", "|---|---|---|"]
+        out += [f"| {s.column}={s.value} | {s.rows} | {s.metric:.4f} |" for s in sorted(judged, key=lambda s: s.metric)]
+    return out
 
 
 def _num(value) -> str:

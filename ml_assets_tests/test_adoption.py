@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ml_assets_tests.conftest import free_port
+from ml_assets_tests.helpers import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_"))
 RESULT = re.compile(r"^RESULT (?P<name>\w+) (?P<value>-?[0-9.eE+-]+) goal (<=|>=|<|>|==) -?[0-9.eE+-]+$")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ml_assets
 from ml_assets.code_version import closure, imports_of
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
 
 PACKAGE = Path(ml_assets.__file__).parent
 

@@ -31,7 +31,7 @@ from ml_assets.pipeline.graph import DAILY_STAGES as STAGES
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import SpecError, load_spec
 from ml_assets.spec_schema import COMPONENT_SCHEMA, PACKAGED, SPEC_SCHEMA, stale
-from ml_assets_tests.conftest import VENV_BIN, cli_env
+from ml_assets_tests.helpers import VENV_BIN, cli_env
 
 pytestmark = pytest.mark.e2e
 

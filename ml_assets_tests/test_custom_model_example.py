@@ -22,7 +22,7 @@ from ml_assets.definitions import build_definitions
 from ml_assets.registry.record import VersionTags
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_spec
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 from ml_assets_tests.test_examples import run_example
 
 pytestmark = pytest.mark.e2e

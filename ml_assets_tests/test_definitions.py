@@ -8,7 +8,7 @@ from ml_assets.definitions import build_definitions
 from ml_assets.pipeline.graph import DAILY_STAGES as STAGES
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError
-from ml_assets_tests.conftest import cli_env, write_spec
+from ml_assets_tests.helpers import cli_env, write_spec
 
 
 def _defs(models_dir=None) -> dg.Definitions:

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from ml_assets.settings import load_settings
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import cli_env, flights_files, small_training, write_spec
+from ml_assets_tests.helpers import cli_env, flights_files, small_training, write_spec
 from ml_assets_tests.lakefs_api import LakeFSLikeServer
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from ml_assets.definitions import build_definitions
 from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
 from ml_assets.spec import load_spec
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 
 pytestmark = pytest.mark.e2e
 INGEST = ("raw_data", "validated_snapshot", "features")

@@ -24,7 +24,7 @@ from ml_assets.features.state import (
 )
 from ml_assets.ingest.sources import local_day, read_day
 from ml_assets.spec import ModelSpec, load_spec
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
 
 DAY = dt.date(2013, 7, 4)
 

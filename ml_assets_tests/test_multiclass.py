@@ -22,7 +22,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from ml_assets.evaluation import report as rep
+from ml_assets.evaluation.document import EvaluationReport
 from ml_assets.evaluation.metrics import MULTICLASS_METRICS
+from ml_assets.evaluation.summary import summary_markdown
 from ml_assets.features.build import FeatureError, build_features
 from ml_assets.features.state import fit_state, state_bytes
 from ml_assets.ingest.sources import read_day
@@ -36,8 +38,10 @@ from ml_assets.trainer.data import to_tensors
 from ml_assets.trainer.result import TrainingResult
 from ml_assets.training.record import CheckpointRecord
 from ml_assets.training.trainer_config import train_config
-from ml_assets_tests.conftest import multiclass, small_training
+from ml_assets_tests.helpers import multiclass, small_training
 from ml_assets_tests.trainer.toy import complete_checkpoints, run, torchrun_args
+
+pytestmark = pytest.mark.torchrun
 
 CLASSES = ["on_time", "late", "very_late", "cancelled"]
 TEST_DAY = dt.date(2013, 7, 10)  # a stormy July week: every class is well represented
@@ -192,24 +196,26 @@ def test_the_evaluation_reports_multiclass_metrics_per_class_rates_and_plots(spe
     meta = json.loads((out / "meta.json").read_text())
     ckpt = _checkpoint_record(out, meta)
     report, predictions = rep.evaluate(spec, TEST_DAY.isoformat(), ckpt, [files[TEST_DAY]], client)
-    assert set(report["metrics"]) == set(MULTICLASS_METRICS)
-    assert report["threshold"] is None and report["positive_rate"] is None
-    assert report["classes"] == CLASSES and sum(report["class_rates"].values()) == pytest.approx(1.0)
-    assert [c["class"] for c in report["per_class"]] == CLASSES
-    assert all(0 <= c["precision"] <= 1 and 0 <= c["recall"] <= 1 for c in report["per_class"])
-    lo, hi = report["primary_interval"]
-    assert lo <= report["metrics"]["macro_f1"] <= hi
-    assert all("class_rates" in r for r in report["slices"])
-    assert report["gate"]["passed"] and report["gate"]["kind"] == "first_model"  # floor macro_f1 0.2
+    assert set(report.metrics) == set(MULTICLASS_METRICS)
+    assert report.threshold is None and report.positive_rate is None
+    assert report.classes == CLASSES and sum(report.class_rates.values()) == pytest.approx(1.0)
+    assert [c.name for c in report.per_class] == CLASSES
+    assert all(0 <= c.precision <= 1 and 0 <= c.recall <= 1 for c in report.per_class)
+    lo, hi = report.primary_interval
+    assert lo <= report.metrics["macro_f1"] <= hi
+    assert all(s.class_rates is not None for s in report.slices)
+    assert report.gate.passed and report.gate.kind == "first_model"  # floor macro_f1 0.2
     assert rep.write_plots(spec, report, predictions, tmp_path) == [
         "confusion_matrix.png", "calibration.png", "loss_curves.png", "slices.png"]
-    summary = rep.summary_markdown(spec, report, {})
+    summary = summary_markdown(spec, report, {})
     assert "| class | share of rows | precision | recall |" in summary and "| cancelled |" in summary
     ref = SimpleNamespace(uri=str(tmp_path / "report.json"), sha256="0" * 64, size=1)
     metadata = rep.evaluation_record(spec, report, ref, "run", "http://mlflow/run", {}).to_metadata()
-    assert metadata["per_class"].value == report["per_class"]
-    assert metadata["class_rates"].value == report["class_rates"]
-    json.dumps(report)  # the stored report is plain JSON
+    document = json.loads(report.to_json())  # the stored report is plain JSON, and reads back as it was
+    assert metadata["per_class"].value == document["per_class"]
+    assert metadata["class_rates"].value == document["class_rates"]
+    assert all("class_rates" in r for r in document["slices"])
+    assert EvaluationReport.from_dict(document) == report
 
 
 # --- serving --------------------------------------------------------------------------------------

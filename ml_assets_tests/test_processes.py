@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ml_assets import processes
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 
 FOLLOWER = textwrap.dedent("""
     import os, signal, sys, time

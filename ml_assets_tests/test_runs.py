@@ -15,7 +15,7 @@ from ml_assets import cli
 from ml_assets.runs import failure_reasons
 from ml_assets.settings import load_settings
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import flights_files, small_training, write_spec
+from ml_assets_tests.helpers import flights_files, small_training, write_spec
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ import pytest
 
 from ml_assets.ingest.sources import SourceError, _bundled_table, read_day, slice_day
 from ml_assets.spec import ModelSpec, load_spec
-from ml_assets_tests.conftest import BUNDLED_SPEC, flights_files
+from ml_assets_tests.helpers import BUNDLED_SPEC, flights_files, model_spec, whole
 
 DAY = dt.date(2013, 3, 10)  # the day US clocks moved to summer time
 
@@ -42,13 +42,8 @@ def test_slice_day_rejects_unreadable_timestamps():
         slice_day(pl.DataFrame({"ts": ["x"]}), "missing", "UTC", DAY, "source.rows")
 
 
-def _files_spec(spec_dict: dict, source: dict) -> ModelSpec:
-    spec_dict["source"] = source
-    return ModelSpec.model_validate(spec_dict)
-
-
 def test_files_source_with_date_in_path_reads_that_day(tmp_path, spec_dict):
-    spec = _files_spec(spec_dict, flights_files(tmp_path, [DAY, DAY + dt.timedelta(days=1)]))
+    spec = model_spec(spec_dict, source=whole(flights_files(tmp_path, [DAY, DAY + dt.timedelta(days=1)])))
     batch = read_day(spec, DAY)
     assert batch.tables["rows"].height == local_date_count(DAY)
     assert batch.tables["weather"].height == 69  # 23 local hours on the DST day x 3 airports
@@ -59,7 +54,7 @@ def test_files_source_with_date_in_path_reads_that_day(tmp_path, spec_dict):
 def test_files_source_without_date_filters_by_timestamp_column(tmp_path, spec_dict):
     source = flights_files(tmp_path, [DAY, DAY + dt.timedelta(days=1)])
     source["rows"]["path"] = str(tmp_path / "flights" / "*.parquet")
-    spec = _files_spec(spec_dict, source)
+    spec = model_spec(spec_dict, source=whole(source))
     assert read_day(spec, DAY).tables["rows"].height == local_date_count(DAY)
 
 
@@ -80,8 +75,8 @@ def test_files_source_reads_s3_urls(tmp_path, spec_dict, s3_endpoint):
         },
         "storage_options": {"endpoint_url": s3_endpoint},
     }
-    from_s3 = read_day(_files_spec(spec_dict, source), DAY)
-    from_disk = read_day(_files_spec(spec_dict, local), DAY)
+    from_s3 = read_day(model_spec(spec_dict, source=whole(source)), DAY)
+    from_disk = read_day(model_spec(spec_dict, source=whole(local)), DAY)
     for name in ("rows", "weather", "planes"):
         assert from_s3.tables[name].equals(from_disk.tables[name])
     assert "s3://flights-src/flights/2013-03-10.parquet" in from_s3.source_files
@@ -89,7 +84,7 @@ def test_files_source_reads_s3_urls(tmp_path, spec_dict, s3_endpoint):
 
 
 def test_missing_day_file_is_a_clear_error(tmp_path, spec_dict):
-    spec = _files_spec(spec_dict, flights_files(tmp_path, [DAY]))
+    spec = model_spec(spec_dict, source=whole(flights_files(tmp_path, [DAY])))
     with pytest.raises(SourceError, match=r"source.rows: no parquet files match '.*2013-03-11.parquet'"):
         read_day(spec, DAY + dt.timedelta(days=1))
 
@@ -97,7 +92,7 @@ def test_missing_day_file_is_a_clear_error(tmp_path, spec_dict):
 def test_unreadable_file_is_a_clear_error(tmp_path, spec_dict):
     source = flights_files(tmp_path, [DAY])
     (tmp_path / "flights" / f"{DAY}.parquet").write_bytes(b"not parquet")
-    spec = _files_spec(spec_dict, source)
+    spec = model_spec(spec_dict, source=whole(source))
     with pytest.raises(SourceError, match="cannot read .*2013-03-10.parquet as parquet"):
         read_day(spec, DAY)
 
@@ -115,7 +110,7 @@ def _csv_source(tmp_path, spec_dict, damage) -> ModelSpec:
     pl.read_parquet(tmp_path / "flights" / f"{DAY}.parquet").write_csv(csv)
     csv.write_bytes(damage(csv.read_bytes()))
     source["rows"] = {"path": str(tmp_path / "flights" / "{date}.csv"), "format": "csv"}
-    return _files_spec(spec_dict, source)
+    return model_spec(spec_dict, source=whole(source))
 
 
 def test_non_utf8_csv_is_a_clear_error_naming_the_file(tmp_path, spec_dict):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from ml_assets.spec import SpecError, load_spec, load_specs, parse_spec
-from ml_assets_tests.conftest import BUNDLED_SPEC, multiclass, write_spec
+from ml_assets_tests.helpers import BUNDLED_SPEC, multiclass, write_spec
 
 
 def test_bundled_spec_loads_with_its_declared_parts():

@@ -8,10 +8,8 @@ caches imports by name)."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import shutil
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from ml_assets.trainer import code_pin
 from ml_assets.trainer.config import DataRef
 from ml_assets.training.trainer_config import FROM_SPEC, train_config
 from ml_assets.tuning.space import config_overrides, suggest
-from ml_assets_tests.conftest import write_spec
+from ml_assets_tests.helpers import write_package, write_spec
 
 PREFIX = "byom_"
 EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "ft_transformer" / "flights_delay_ft.yaml"
@@ -49,19 +47,10 @@ def _isolated_imports(monkeypatch):
         del sys.modules[name]
 
 
-def write_package(root: Path, name: str, model: str = FACTORY) -> Path:
-    package = root / name
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("")
-    (package / "model.py").write_text(textwrap.dedent(model))
-    importlib.invalidate_caches()
-    return package
-
-
 def as_factory(data: dict, root: Path, params: dict | None = None, code_path: str = "code") -> str:
     """``data`` (a spec's dict, to be written in ``root``) made to name a fresh factory in ``root/code``."""
     name = f"{PREFIX}{uuid.uuid4().hex[:12]}"
-    write_package(root / "code", name)
+    write_package(root / "code", name, model=FACTORY)
     data["model"] = {"module": f"{name}.model:build", "code_path": code_path,
                      "params": {"d_token": 32, "n_blocks": 2} if params is None else params}
     data["tuning"]["space"] = dict(FACTORY_SPACE)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import yaml
 from pydantic import BaseModel
 
 from ml_assets.settings import BUNDLED_MODELS_DIR
@@ -17,7 +16,7 @@ from ml_assets.spec.base import ORCHESTRATION
 from ml_assets.trainer.config import DataRef, TrainConfig
 from ml_assets.training.trainer_config import FROM_SPEC, train_config
 from ml_assets.tuning.space import config_overrides
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import spec_data
 
 TRAIN = [DataRef(uri=f"file:///features/date=2013-01-0{d}/part.parquet", sha256=f"{d}" * 64, day=f"2013-01-0{d}")
          for d in (1, 2)]
@@ -117,7 +116,7 @@ def _hand_copied(spec: ModelSpec, train_refs: list[DataRef], val_refs: list[Data
 
 
 def _every_setting_changed() -> ModelSpec:
-    data = yaml.safe_load(BUNDLED_SPEC.read_text())
+    data = spec_data()
     data["training"] = {**data.get("training", {}), **EVERY_SETTING_CHANGED}
     data["model"] = EVERY_MODEL_SETTING_CHANGED
     return ModelSpec.model_validate(data)

@@ -9,6 +9,7 @@ import json
 import dagster as dg
 import numpy as np
 import polars as pl
+import pytest
 
 from ml_assets.features.assets import build_features_asset
 from ml_assets.features.serve import featurize
@@ -28,6 +29,7 @@ from ml_assets.validation.assets import build_validated_snapshot
 DAY = dt.date(2013, 7, 9)
 
 
+@pytest.mark.torchrun
 def test_training_and_batch_inference_compute_identical_inputs(tmp_path, bundled_spec_dict):
     spec = ModelSpec.model_validate(bundled_spec_dict)
     days = [DAY - dt.timedelta(days=n) for n in range(8, -1, -1)]

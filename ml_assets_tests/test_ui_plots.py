@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from ml_assets.evaluation import plots
-from ml_assets.evaluation.report import plots_markdown
-from ml_assets_tests.conftest import cli_env, free_port
+from ml_assets.evaluation.summary import plots_markdown
+from ml_assets_tests.helpers import cli_env, free_port
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(name)), None)

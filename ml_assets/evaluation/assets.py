@@ -53,16 +53,16 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
         except rep.EvaluationError as exc:
             raise run.failure(exc) from None
         record = store_evaluation(run, report, predictions, ckpt.result.checkpoint_sha256, artifacts, tracking)
-        gate = report["gate"]
+        gate = report.gate
         context.log.info(f"evaluation_report {run.partition}: " + rep.one_line(report))
-        (context.log.info if gate["passed"] else context.log.error)(
-            f"{GATE} {'passed' if gate['passed'] else 'FAILED'} for {run.where}: {gate['reason']}")
+        (context.log.info if gate.passed else context.log.error)(
+            f"{GATE} {'passed' if gate.passed else 'FAILED'} for {run.where}: {gate.reason}")
         return dg.MaterializeResult(metadata=record.to_metadata(), check_results=[dg.AssetCheckResult(
-            check_name=GATE, passed=bool(gate["passed"]), severity=dg.AssetCheckSeverity.ERROR,
-            description=f"{run.where}: {gate['reason']}",
-            metadata={"decision": gate["kind"], "reason": gate["reason"],
+            check_name=GATE, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{run.where}: {gate.reason}",
+            metadata={"decision": gate.kind, "reason": gate.reason,
                       "champion_version": record.champion_version or dg.MetadataValue.null(),
-                      "clauses": dg.MetadataValue.json(gate["clauses"]),
+                      "clauses": dg.MetadataValue.json([c.to_dict() for c in gate.clauses]),
                       "policy": dg.MetadataValue.json(policy.model_dump(mode="json"))})])
 
     return evaluation_report

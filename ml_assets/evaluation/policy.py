@@ -13,19 +13,10 @@ task may be the primary one.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
+from ml_assets.evaluation.document import Clause, EvaluationReport, Gate
 from ml_assets.spec import HIGHER_IS_BETTER, PromotionSpec
-
-
-@dataclass
-class Clause:
-    name: str
-    observed: float | str | None
-    required: str
-    ok: bool
-    detail: str = ""
 
 
 @dataclass
@@ -45,9 +36,8 @@ class Decision:
             return "; ".join(c.detail or f"{c.name} {c.observed} ({c.required})" for c in self.clauses) or "no rules"
         return "; ".join(c.detail or f"{c.name} {c.observed} (required {c.required})" for c in self.failed)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "kind": self.kind, "reason": self.reason(),
-                "clauses": [asdict(c) for c in self.clauses]}
+    def as_gate(self) -> Gate:
+        return Gate(passed=self.passed, kind=self.kind, reason=self.reason(), clauses=tuple(self.clauses))
 
 
 def better_by(metric: str, new: float, old: float) -> float:
@@ -55,63 +45,60 @@ def better_by(metric: str, new: float, old: float) -> float:
     return new - old if HIGHER_IS_BETTER[metric] else old - new
 
 
-def _gain(metric: str, delta: list[float]) -> tuple[float, float, float]:
+def _gain(metric: str, delta: tuple[float, float, float]) -> tuple[float, float, float]:
     """A change (new - old, with its interval) as an improvement: positive is better either way."""
     point, lo, hi = delta
     return (point, lo, hi) if HIGHER_IS_BETTER[metric] else (-point, -hi, -lo)
 
 
-def decide(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
-    """``report`` as the evaluation_report asset writes it: ``metrics``, ``champion`` (None or its
-    ``version``, ``metrics``, ``same_weights``), ``slice_regressions`` (each with ``regression``:
-    positive is worse) and ``primary_delta`` (point, lo, hi)."""
+def decide(policy: PromotionSpec, report: EvaluationReport) -> Decision:
+    """The gate on a report without one: its metrics, its champion (compared on the same rows, or the
+    champion's own weights), its slice regressions, its baseline and rival."""
     primary = policy.primary_metric
-    metrics = report["metrics"]
-    champion = report.get("champion")
+    metrics, champion = report.metrics, report.champion
     if champion is None:
         return _first_model(policy, report)
-    if champion.get("same_weights"):
+    if champion.same_weights:
         return Decision(passed=True, kind="same_as_champion", clauses=[Clause(
-            "same weights as champion", champion["version"], "different weights", True,
-            f"identical to champion version {champion['version']}")])
+            name="same weights as champion", observed=champion.version, required="different weights", ok=True,
+            detail=f"identical to champion version {champion.version}")])
     decision = Decision(passed=True, kind="challenger")
-    decision.clauses.append(_improvement(policy, report, f"improvement of {primary}",
-                                         f"champion v{champion['version']}", champion["metrics"][primary],
-                                         report["primary_delta"]))
-    regressions = report.get("slice_regressions", [])
-    worst = max(regressions, key=lambda r: r["regression"], default=None)
+    decision.clauses.append(_improvement(policy, report, f"improvement of {primary}", f"champion v{champion.version}",
+                                         champion.metrics[primary], report.primary_delta))
+    worst = max(report.slice_regressions, key=lambda r: r.regression, default=None)
     if worst is None:
-        decision.clauses.append(Clause(f"slice regression of {primary}", None, f"<= {policy.max_slice_regression}",
-                                       True, "no slice large enough on both models to compare"))
+        decision.clauses.append(Clause(name=f"slice regression of {primary}", observed=None,
+                                       required=f"<= {policy.max_slice_regression}", ok=True,
+                                       detail="no slice large enough on both models to compare"))
     else:
-        ok = worst["regression"] <= policy.max_slice_regression
         decision.clauses.append(Clause(
-            f"slice regression of {primary}", round(worst["regression"], 6), f"<= {policy.max_slice_regression}", ok,
-            f"worst slice {worst['column']}={worst['value']} ({worst['rows']} rows): {primary} {worst['new']:.4f} vs "
-            f"{worst['old']:.4f}, {worst['regression']:+.4f} worse, allowed {policy.max_slice_regression}"))
-    if "ece" in metrics and "ece" in champion["metrics"]:
-        growth = metrics["ece"] - champion["metrics"]["ece"]
+            name=f"slice regression of {primary}", observed=round(worst.regression, 6),
+            required=f"<= {policy.max_slice_regression}", ok=worst.regression <= policy.max_slice_regression,
+            detail=f"worst slice {worst.column}={worst.value} ({worst.rows} rows): {primary} {worst.new:.4f} vs "
+                   f"{worst.old:.4f}, {worst.regression:+.4f} worse, allowed {policy.max_slice_regression}"))
+    if "ece" in metrics and "ece" in champion.metrics:
+        growth = metrics["ece"] - champion.metrics["ece"]
         decision.clauses.append(Clause(
-            "calibration (ECE) worsening", round(growth, 6), f"<= {policy.max_calibration_worsening}",
-            growth <= policy.max_calibration_worsening,
-            f"expected calibration error {metrics['ece']:.4f} vs {champion['metrics']['ece']:.4f} "
-            f"({growth:+.4f}), allowed growth {policy.max_calibration_worsening}"))
+            name="calibration (ECE) worsening", observed=round(growth, 6),
+            required=f"<= {policy.max_calibration_worsening}", ok=growth <= policy.max_calibration_worsening,
+            detail=f"expected calibration error {metrics['ece']:.4f} vs {champion.metrics['ece']:.4f} "
+                   f"({growth:+.4f}), allowed growth {policy.max_calibration_worsening}"))
     _rival(policy, report, decision)
     decision.passed = all(c.ok for c in decision.clauses)
     return decision
 
 
-def _first_model(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
+def _first_model(policy: PromotionSpec, report: EvaluationReport) -> Decision:
     """No champion yet: the best baseline by min_improvement, the floors (and a rival)."""
-    primary, metrics = policy.primary_metric, report["metrics"]
+    primary, metrics = policy.primary_metric, report.metrics
     decision = Decision(passed=True, kind="first_model")
-    baseline = report.get("baseline")
+    baseline = report.baseline
     if baseline and policy.beat_baseline:
         # Beating what a practitioner would try first is the bar; a floor only adds to it.
-        best = next(b for b in baseline["baselines"] if b["name"] == baseline["best"])
+        best = baseline.best_score
         decision.clauses.append(_improvement(
             policy, report, f"improvement of {primary} over the baseline",
-            f"baseline {best['name']} ({best['description']})", best["metrics"][primary], baseline["delta"],
+            f"baseline {best.name} ({best.description})", best.metrics[primary], baseline.delta,
             prefix="first model: "))
     for metric, floor in sorted(policy.floors.items()):
         value = metrics[metric]
@@ -119,34 +106,35 @@ def _first_model(policy: PromotionSpec, report: dict[str, Any]) -> Decision:
         ok = value >= floor if higher else value <= floor
         bound = f"{'>=' if higher else '<='} {floor}"
         decision.clauses.append(Clause(
-            f"floor {metric}", round(value, 6), bound, ok,
-            f"first model: {metric} {value:.4f} {'meets' if ok else 'misses'} the floor {bound}"))
+            name=f"floor {metric}", observed=round(value, 6), required=bound, ok=ok,
+            detail=f"first model: {metric} {value:.4f} {'meets' if ok else 'misses'} the floor {bound}"))
     _rival(policy, report, decision)
     decision.passed = all(c.ok for c in decision.clauses)
     return decision
 
 
-def _rival(policy: PromotionSpec, report: dict[str, Any], decision: Decision) -> None:
+def _rival(policy: PromotionSpec, report: EvaluationReport, decision: Decision) -> None:
     """``promotion.rival``: another model's champion, on the same rows, must be beaten as a champion is."""
-    rival = report.get("rival")
+    rival = report.rival
     if not rival:
         return
     primary = policy.primary_metric
-    if rival["version"] is None:
-        decision.clauses.append(Clause(f"improvement of {primary} over the rival {rival['model']}", None,
-                                       f">= {policy.min_improvement}", True,
-                                       f"rival {rival['model']} has no champion yet: not compared"))
+    if rival.version is None:
+        decision.clauses.append(Clause(name=f"improvement of {primary} over the rival {rival.model}", observed=None,
+                                       required=f">= {policy.min_improvement}", ok=True,
+                                       detail=f"rival {rival.model} has no champion yet: not compared"))
         return
-    decision.clauses.append(_improvement(policy, report, f"improvement of {primary} over the rival {rival['model']}",
-                                         f"rival {rival['model']} v{rival['version']}", rival["metrics"][primary],
-                                         rival["primary_delta"]))
+    decision.clauses.append(_improvement(policy, report, f"improvement of {primary} over the rival {rival.model}",
+                                         f"rival {rival.model} v{rival.version}", rival.metrics[primary],
+                                         rival.primary_delta))
 
 
-def _improvement(policy: PromotionSpec, report: dict[str, Any], name: str, other: str, other_value: float,
-                 delta: list[float], prefix: str = "") -> Clause:
+def _improvement(policy: PromotionSpec, report: EvaluationReport, name: str, other: str, other_value: float,
+                 delta: tuple[float, float, float], prefix: str = "") -> Clause:
     """The primary metric's change over another model on the same rows, at least ``min_improvement``."""
     primary = policy.primary_metric
     gain, lo, hi = _gain(primary, delta)
-    return Clause(name, round(gain, 6), f">= {policy.min_improvement}", gain >= policy.min_improvement,
-                  f"{prefix}{primary} {report['metrics'][primary]:.4f} vs {other} {other_value:.4f}: {gain:+.4f} "
-                  f"(interval of the change {lo:+.4f}..{hi:+.4f}), required >= {policy.min_improvement:+.4f}")
+    return Clause(name=name, observed=round(gain, 6), required=f">= {policy.min_improvement}",
+                  ok=gain >= policy.min_improvement,
+                  detail=f"{prefix}{primary} {report.metrics[primary]:.4f} vs {other} {other_value:.4f}: {gain:+.4f} "
+                         f"(interval of the change {lo:+.4f}..{hi:+.4f}), required >= {policy.min_improvement:+.4f}")

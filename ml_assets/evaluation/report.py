@@ -1,8 +1,8 @@
 """The evaluation report: the new model and the champion on the same held-out rows.
 
-Pure of Dagster: given the checkpoint's record, the test days' files and an MLflow client, returns a
-JSON-able report (metrics, interval, threshold, slices, champion, deltas, the gate's decision) and,
-apart from it, the predictions the plots draw.
+Pure of Dagster: given the checkpoint's record, the test days' files and an MLflow client, returns
+the report (ml_assets.evaluation.document: metrics, interval, threshold, slices, champion, deltas,
+the gate's decision) and, apart from it, the predictions the plots draw.
 """
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ import numpy as np
 import polars as pl
 
 from ml_assets.evaluation import metrics as M
+from ml_assets.evaluation.document import (
+    Baselines,
+    Champion,
+    ClassScore,
+    EvaluationReport,
+    SliceRegression,
+    SliceScore,
+    TestFile,
+)
 from ml_assets.evaluation.errors import EvaluationError
 from ml_assets.evaluation.policy import decide
 from ml_assets.evaluation.record import EvaluationRecord
@@ -38,11 +47,12 @@ def _ref(record: dict) -> DataRef:
 
 
 def _scores(spec: ModelSpec, y: np.ndarray, pred: np.ndarray, threshold: float | None,
-            slices: dict[str, np.ndarray]) -> tuple[dict[str, float], list[dict]]:
+            slices: dict[str, np.ndarray]) -> tuple[dict[str, float], tuple[SliceScore, ...]]:
     task, ev = spec.target.task, spec.evaluation
     values = M.compute_metrics(task, y, pred, threshold, top_k=ev.top_k)
     fn = M.metric_function(task, spec.promotion.primary_metric, threshold, top_k=ev.top_k)
-    return values, M.slice_metrics(slices, y, pred, fn, min_size=ev.min_slice_size)
+    return values, tuple(SliceScore.from_dict(s) for s in M.slice_metrics(slices, y, pred, fn,
+                                                                          min_size=ev.min_slice_size))
 
 
 def _per_class(spec: ModelSpec, y: np.ndarray, pred: np.ndarray) -> dict[str, Any]:
@@ -52,7 +62,7 @@ def _per_class(spec: ModelSpec, y: np.ndarray, pred: np.ndarray) -> dict[str, An
     if spec.target.task != "multiclass_classification" or classes is None:
         return {}
     return {"classes": list(classes), "class_rates": dict(zip(classes, M.class_rates(y, len(classes)), strict=True)),
-            "per_class": M.per_class_metrics(y, pred, classes)}
+            "per_class": tuple(ClassScore.from_dict(c) for c in M.per_class_metrics(y, pred, classes))}
 
 
 def _training_rows(loaded, streamed: bool) -> pl.DataFrame:
@@ -69,7 +79,7 @@ def _training_rows(loaded, streamed: bool) -> pl.DataFrame:
 
 
 def _baselines(spec: ModelSpec, loaded, frame: pl.DataFrame, val_frame: pl.DataFrame, y: np.ndarray,
-               pred: np.ndarray, threshold: float | None, streamed: bool) -> dict[str, Any]:
+               pred: np.ndarray, threshold: float | None, streamed: bool) -> Baselines:
     """The baselines fitted on the model's own training days through its feature state, scored on
     the test rows beside it (``evaluation.baseline``)."""
     from ml_assets.evaluation import baseline as B
@@ -78,9 +88,10 @@ def _baselines(spec: ModelSpec, loaded, frame: pl.DataFrame, val_frame: pl.DataF
     state, ev = loaded.feature_state, spec.evaluation
     train = transform(_training_rows(loaded, streamed), state)
     fitted = B.fit_baselines(spec.target.task, train, state, len(spec.target.classes or []))
-    return B.score_baselines(spec.target.task, spec.promotion.primary_metric, fitted, transform(frame, state), y, pred,
-                             threshold, transform(val_frame, state), top_k=ev.top_k,
-                             bootstrap_samples=ev.bootstrap_samples, confidence_level=ev.confidence_level)
+    return Baselines.from_dict(B.score_baselines(
+        spec.target.task, spec.promotion.primary_metric, fitted, transform(frame, state), y, pred, threshold,
+        transform(val_frame, state), top_k=ev.top_k, bootstrap_samples=ev.bootstrap_samples,
+        confidence_level=ev.confidence_level))
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,7 @@ class Predictions:
 
 
 def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[DataRef], client,
-             skipped: dict[str, str] | None = None) -> tuple[dict[str, Any], Predictions]:
+             skipped: dict[str, str] | None = None) -> tuple[EvaluationReport, Predictions]:
     """``tests``: the features of the test days (each with its day and data commit), oldest first;
     ``skipped``: test days left out for want of features, with why."""
     from ml_assets.trainer.checkpoint import load_checkpoint
@@ -124,84 +135,76 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
         baseline = _baselines(spec, loaded, frame, val_frame, y, pred, threshold, ckpt.streamed)
     except M.MetricError as exc:
         raise EvaluationError(str(exc)) from None
-    report: dict[str, Any] = {
-        "model": spec.name, "partition": day, "task": task, "test_rows": len(y),
-        "positive_rate": float(y.mean()) if task == "binary_classification" else None, **per_class,
-        "threshold": threshold, "metrics": values, "primary_metric": primary,
-        "primary_interval": [lo, hi], "confidence_level": ev.confidence_level,
-        "bootstrap_samples": ev.bootstrap_samples, "slices": slice_rows,
-        "checkpoint_sha256": ckpt.result.checkpoint_sha256,
-        "test_days": [str(r.day) for r in tests],
-        "validation_days": [r["day"] for r in loaded.meta["val_files"]],
+    report = EvaluationReport(
+        model=spec.name, partition=day, task=task, test_rows=len(y),
+        positive_rate=float(y.mean()) if task == "binary_classification" else None, **per_class,
+        threshold=threshold, metrics=values, primary_metric=primary, primary_interval=(lo, hi),
+        confidence_level=ev.confidence_level, bootstrap_samples=ev.bootstrap_samples, slices=slice_rows,
+        checkpoint_sha256=ckpt.result.checkpoint_sha256, test_days=tuple(str(r.day) for r in tests),
+        validation_days=tuple(r["day"] for r in loaded.meta["val_files"]),
         # Days of the window (from the checkpoint) and test days left out for want of features.
-        "skipped_days": dict(sorted({**ckpt.skipped_days, **(skipped or {})}.items())),
-        "test_files": [{"day": r.day, "uri": r.uri, "sha256": r.sha256, "data_commit": r.commit} for r in tests],
+        skipped_days=dict(sorted({**ckpt.skipped_days, **(skipped or {})}.items())),
+        test_files=tuple(TestFile(day=str(r.day), uri=r.uri, sha256=r.sha256, data_commit=r.commit) for r in tests),
         # main only moves forward: the newest test day's commit holds every test day's rows.
-        "test_data_commit": tests[-1].commit,
-        "baseline": baseline,
-        "history": ckpt.result.history, "champion": None, "deltas": None, "primary_delta": None,
-        "slice_regressions": [], "rival": None,
-    }
+        test_data_commit=tests[-1].commit, baseline=baseline, history=ckpt.result.history)
     predictions = Predictions(y, {"this model": pred})
-    _champion(spec, report, predictions, client, frame, slices)
-    score_rival(spec, report, predictions.by_model, client, frame, y)
-    report["gate"] = decide(spec.promotion, report).as_dict()
-    return report, predictions
+    report = _champion(spec, report, predictions, client, frame, slices)
+    report = dataclasses.replace(report, rival=score_rival(spec, report, predictions.by_model, client, frame, y))
+    return dataclasses.replace(report, gate=decide(spec.promotion, report).as_gate()), predictions
 
 
-def _champion(spec, report, predictions: Predictions, client, frame, slices) -> None:
-    """The current champion, if any, beside the new model in the report (and its predictions)."""
+def _champion(spec, report: EvaluationReport, predictions: Predictions, client, frame, slices) -> EvaluationReport:
+    """The report with the current champion, if any, beside the new model (and its predictions added)."""
     from ml_assets.registry import versions as registry
 
     mv = registry.by_alias(client, spec.name, registry.CHAMPION)
     if mv is None:
-        return
+        return report
     tags = VersionTags.from_tags(mv.tags)
-    report["champion"] = {"version": str(mv.version), "checkpoint_sha256": tags.checkpoint_sha256,
-                          "partition": tags.partition,
-                          "same_weights": tags.checkpoint_sha256 == report["checkpoint_sha256"]}
-    if not report["champion"]["same_weights"]:
-        pred = predictions.by_model["this model"]
-        predictions.by_model[f"champion v{mv.version}"] = _compare(spec, report, mv, client, frame, predictions.y,
-                                                                  pred, slices)
+    champion = Champion(version=str(mv.version), checkpoint_sha256=tags.checkpoint_sha256, partition=tags.partition,
+                        same_weights=tags.checkpoint_sha256 == report.checkpoint_sha256)
+    if champion.same_weights:
+        return dataclasses.replace(report, champion=champion)
+    return _compare(spec, report, champion, mv, client, frame, predictions, slices)
 
 
-def _compare(spec, report, mv, client, frame, y, pred, slices) -> np.ndarray:
-    """The champion on the exact same rows (same file, same sha256, same data commit); returns its
-    predictions."""
+def _compare(spec, report: EvaluationReport, champion: Champion, mv, client, frame, predictions: Predictions,
+             slices) -> EvaluationReport:
+    """The champion on the exact same rows (same file, same sha256, same data commit)."""
     from ml_assets.registry import versions as registry
 
     task, ev, primary = spec.target.task, spec.evaluation, spec.promotion.primary_metric
+    y, pred = predictions.y, predictions.by_model["this model"]
     try:
-        champion = registry.load_version(client, mv)
-        old = predict(champion, frame)
+        loaded = registry.load_version(client, mv)
+        old = predict(loaded, frame)
     except (registry.RegistryError, ValueError) as exc:
         raise EvaluationError(f"the champion (version {mv.version}) cannot be scored on the same rows, so the "
                               f"promotion gate cannot compare the two: {exc}") from None
-    if champion.meta.get("classes") != spec.target.classes:
+    if loaded.meta.get("classes") != spec.target.classes:
         raise EvaluationError(f"the champion (version {mv.version}) predicts the classes "
-                              f"{champion.meta.get('classes')}, this model {spec.target.classes}: their metrics "
+                              f"{loaded.meta.get('classes')}, this model {spec.target.classes}: their metrics "
                               "cannot be compared (promote by hand, or retire the champion)")
     # The champion keeps the cut it was registered with (chosen on its own validation day).
     gate = VersionTags.from_tags(mv.tags).gate
     recorded = gate.decision_threshold if gate else ""
-    threshold = float(recorded) if recorded else report["threshold"]
+    threshold = float(recorded) if recorded else report.threshold
     try:
         values, slice_rows = _scores(spec, y, old, threshold, slices)
-        fn = M.metric_function(task, primary, report["threshold"], top_k=ev.top_k)
-        point, lo, hi = M.paired_bootstrap_delta(y, pred, old, fn, n=ev.bootstrap_samples,
-                                                 level=ev.confidence_level, seed=0)
+        fn = M.metric_function(task, primary, report.threshold, top_k=ev.top_k)
+        delta = M.paired_bootstrap_delta(y, pred, old, fn, n=ev.bootstrap_samples, level=ev.confidence_level, seed=0)
     except M.MetricError as exc:
         raise EvaluationError(f"comparing with the champion: {exc}") from None
-    champ = report["champion"]
-    champ.update(metrics=values, threshold=threshold, slices=slice_rows)
-    report["deltas"] = {m: report["metrics"][m] - values[m] for m in values}
-    report["primary_delta"] = [point, lo, hi]
-    report["slice_regressions"] = M.slice_regressions(report["slices"], slice_rows, HIGHER_IS_BETTER[primary])
-    return old
+    predictions.by_model[f"champion v{mv.version}"] = old
+    regressions = M.slice_regressions([s.to_dict() for s in report.slices], [s.to_dict() for s in slice_rows],
+                                      HIGHER_IS_BETTER[primary])
+    return dataclasses.replace(
+        report, champion=dataclasses.replace(champion, metrics=values, threshold=threshold, slices=slice_rows),
+        deltas={m: report.metrics[m] - values[m] for m in values}, primary_delta=tuple(delta),
+        slice_regressions=tuple(SliceRegression.from_dict(r) for r in regressions))
 
 
-def write_plots(spec: ModelSpec, report: dict[str, Any], predictions: Predictions, out: Path) -> list[str]:
+def write_plots(spec: ModelSpec, report: EvaluationReport, predictions: Predictions, out: Path) -> list[str]:
     """PNGs for MLflow: ROC, precision-recall, calibration (binary), confusion matrix and top-label
     calibration (multiclass) or residuals, loss curves, slice metrics. Returns the file names."""
     from ml_assets.evaluation import plots
@@ -214,23 +217,23 @@ def write_plots(spec: ModelSpec, report: dict[str, Any], predictions: Prediction
                     plots.pr_curve_png(y, preds, out / "precision_recall.png").name,
                     plots.calibration_png(y, preds, out / "calibration.png").name]
     elif spec.target.task == "multiclass_classification":
-        written += [plots.confusion_matrix_png(y, preds, report["classes"], out / "confusion_matrix.png").name,
+        written += [plots.confusion_matrix_png(y, preds, report.classes, out / "confusion_matrix.png").name,
                     plots.calibration_png(y, preds, out / "calibration.png").name]
     else:
         written.append(plots.residuals_png(y, preds, out / "residuals.png").name)
-    if report["history"]:
-        written.append(plots.loss_curves_png(report["history"], out / "loss_curves.png").name)
-    rows = [dict(r) for r in report["slices"]]
-    if report["champion"] and report["champion"].get("slices"):
-        old = {(r["column"], r["value"]): r["metric"] for r in report["champion"]["slices"]}
+    if report.history:
+        written.append(plots.loss_curves_png(report.history, out / "loss_curves.png").name)
+    rows = [s.to_dict() for s in report.slices]
+    if report.champion and report.champion.slices:
+        old = {(s.column, s.value): s.metric for s in report.champion.slices}
         for r in rows:
             r["champion"] = old.get((r["column"], r["value"]))
     if rows:
-        written.append(plots.slice_metrics_png(rows, report["primary_metric"], out / "slices.png").name)
+        written.append(plots.slice_metrics_png(rows, report.primary_metric, out / "slices.png").name)
     return written
 
 
-def log_metrics(client, run_id: str, report: dict[str, Any]) -> None:
+def log_metrics(client, run_id: str, report: EvaluationReport) -> None:
     """Test metrics, the primary metric's interval and, when there is a champion, its metrics and
     the deltas, as metrics of the training's MLflow run."""
     import time
@@ -238,121 +241,47 @@ def log_metrics(client, run_id: str, report: dict[str, Any]) -> None:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    values = {f"test_{k}": v for k, v in report["metrics"].items()}
-    lo, hi = report["primary_interval"]
-    values[f"test_{report['primary_metric']}_ci_low"], values[f"test_{report['primary_metric']}_ci_high"] = lo, hi
-    if report["threshold"] is not None:
-        values["decision_threshold"] = report["threshold"]
-    if report["deltas"]:
-        values.update({f"champion_{k}": v for k, v in report["champion"]["metrics"].items()})
-        values.update({f"delta_{k}": v for k, v in report["deltas"].items()})
-        point, lo, hi = report["primary_delta"]
-        values.update({f"delta_{report['primary_metric']}_ci_low": lo, f"delta_{report['primary_metric']}_ci_high": hi})
-    for b in (report.get("baseline") or {}).get("baselines", []):
-        values.update({f"baseline_{b['name']}_{k}": v for k, v in b["metrics"].items()})
-    values["promotion_gate_passed"] = float(report["gate"]["passed"])
+    primary = report.primary_metric
+    values = {f"test_{k}": v for k, v in report.metrics.items()}
+    values[f"test_{primary}_ci_low"], values[f"test_{primary}_ci_high"] = report.primary_interval
+    if report.threshold is not None:
+        values["decision_threshold"] = report.threshold
+    if report.compared:
+        values.update({f"champion_{k}": v for k, v in report.champion.metrics.items()})
+        values.update({f"delta_{k}": v for k, v in report.deltas.items()})
+        _, lo, hi = report.primary_delta
+        values.update({f"delta_{primary}_ci_low": lo, f"delta_{primary}_ci_high": hi})
+    for b in report.baseline.baselines if report.baseline else ():
+        values.update({f"baseline_{b.name}_{k}": v for k, v in b.metrics.items()})
+    values["promotion_gate_passed"] = float(report.gate.passed)
     client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in sorted(values.items())])
 
 
-def one_line(report: dict[str, Any]) -> str:
-    primary = report["primary_metric"]
-    lo, hi = report["primary_interval"]
-    text = f"{primary} {report['metrics'][primary]:.4f} [{lo:.4f}, {hi:.4f}] on {report['test_rows']} rows"
-    if report["deltas"]:
-        point, dlo, dhi = report["primary_delta"]
-        text += f"; vs champion v{report['champion']['version']}: {point:+.4f} [{dlo:+.4f}, {dhi:+.4f}]"
+def one_line(report: EvaluationReport) -> str:
+    lo, hi = report.primary_interval
+    text = f"{report.primary_metric} {report.primary_value:.4f} [{lo:.4f}, {hi:.4f}] on {report.test_rows} rows"
+    if report.compared:
+        point, dlo, dhi = report.primary_delta
+        text += f"; vs champion v{report.champion.version}: {point:+.4f} [{dlo:+.4f}, {dhi:+.4f}]"
     return text
 
 
-def _days(days: list[str]) -> str:
-    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]} ({len(days)} days)"
-
-
-def summary_markdown(spec: ModelSpec, report: dict[str, Any], plot_urls: dict[str, str]) -> str:
-    primary, level = report["primary_metric"], report["confidence_level"]
-    champ = report["champion"]
-    gate = report["gate"]
-    shown = [*spec.evaluation.metrics, *[m for m in report["metrics"] if m not in spec.evaluation.metrics]]
-    lines = [f"**{spec.name}, partition {report['partition']}**: tested on {_days(report['test_days'])} "
-             f"({report['test_rows']} held-out rows"
-             + (f", positive rate {report['positive_rate']:.3f}" if report["positive_rate"] is not None else "")
-             + (f", cut {report['threshold']:.3f} chosen on the validation days" if report["threshold"] is not None
-                else "") + f"); validated on {_days(report['validation_days'])}", ""]
-    if report["skipped_days"]:
-        lines += ["Days skipped (no features): " + ", ".join(
-            f"{d} ({why})" for d, why in report["skipped_days"].items()), ""]
-    lo, hi = report["primary_interval"]
-    lines.append(f"{primary}: **{report['metrics'][primary]:.4f}**, {level:.0%} interval [{lo:.4f}, {hi:.4f}] "
-                 f"({report['bootstrap_samples']} bootstrap resamples)")
-    lines.append("")
-    baselines = (report.get("baseline") or {}).get("baselines", [])
-    columns = [("this model", report["metrics"]), *[(f"baseline: {b['name']}", b["metrics"]) for b in baselines]]
-    if report["deltas"]:
-        columns.append((f"champion v{champ['version']}", champ["metrics"]))
-    header = " | ".join(name for name, _ in columns) + (" | change over the champion" if report["deltas"] else "")
-    lines += [f"| metric | {header} |", "|---" * (len(columns) + 1 + bool(report["deltas"])) + "|"]
-    for m in shown:
-        cells = " | ".join(f"{values[m]:.4f}" for _, values in columns)
-        lines.append(f"| {m} | {cells}" + (f" | {report['deltas'][m]:+.4f}" if report["deltas"] else "") + " |")
-    lines.append("")
-    for b in baselines:
-        lines.append(f"- baseline {b['name']}: {b['description']}, fitted on the model's training days")
-    if baselines:
-        point, dlo, dhi = report["baseline"]["delta"]
-        lines += ["", f"Change of {primary} over the best baseline ({report['baseline']['best']}): {point:+.4f}, "
-                  f"{level:.0%} paired-bootstrap interval [{dlo:+.4f}, {dhi:+.4f}]."]
-    if report["deltas"]:
-        point, dlo, dhi = report["primary_delta"]
-        lines += ["", f"Change of {primary} over the champion: {point:+.4f}, {level:.0%} paired-bootstrap interval "
-                  f"[{dlo:+.4f}, {dhi:+.4f}]."]
-    elif champ and champ.get("same_weights"):
-        lines += ["", f"These weights are champion version {champ['version']}."]
-    elif not champ:
-        lines += ["", "No champion yet: a first model must beat the best baseline (and reach any floors)."]
-    if report.get("per_class"):
-        lines += ["", "| class | share of rows | precision | recall |", "|---|---|---|---|",
-                  *[f"| {c['class']} | {c['rate']:.3f} | {c['precision']:.4f} | {c['recall']:.4f} |"
-                    for c in report["per_class"]]]
-    lines += ["", f"**Promotion gate: {'passed' if gate['passed'] else 'FAILED'}** ({gate['kind']}): {gate['reason']}"]
-    judged = [r for r in report["slices"] if r["metric"] is not None]
-    if judged:
-        lines += ["", f"Slices ({len(judged)} of {len(report['slices'])} with at least "
-                  f"{spec.evaluation.min_slice_size} rows and both classes):", "",
-                  f"| slice | rows | {primary} |", "|---|---|---|",
-                  *[f"| {r['column']}={r['value']} | {r['rows']} | {r['metric']:.4f} |" for r in judged[:20]]]
-    if plot_urls:
-        lines += ["", "Plots (MLflow artifacts: `mlflow ui` on the tracking URI `ml-assets paths` prints):", ""]
-        lines += [f"- [{name}]({url})" for name, url in plot_urls.items()]
-        lines += ["", *[f"![{name}]({url})" for name, url in plot_urls.items()]]
-    return "\n".join(lines)
-
-
-def plots_markdown(images: dict[str, bytes]) -> str:
-    """The plots as one markdown value with each PNG embedded (a data URI), as Dagster's docs embed
-    a plot in metadata: the UI shows them with no MLflow server running."""
-    import base64
-
-    return "\n\n".join(f"**{Path(name).stem.replace('_', ' ')}**\n\n"
-                         f"![{Path(name).stem}](data:image/png;base64,{base64.b64encode(data).decode()})"
-                         for name, data in images.items())
-
-
-def evaluation_record(spec: ModelSpec, report: dict[str, Any], ref, run_id: str, run_url: str,
+def evaluation_record(spec: ModelSpec, report: EvaluationReport, ref, run_id: str, run_url: str,
                       plot_urls: dict[str, str], plots_inline: str | None = None) -> EvaluationRecord:
     """The evaluation_report asset's record of a stored ``report`` (``ref``: its artifact)."""
-    champ = report["champion"]
+    from ml_assets.evaluation.summary import summary_markdown
+
+    doc, champ = report.to_dict(), report.champion
     return EvaluationRecord(
-        primary_metric=report["primary_metric"], metrics=report["metrics"],
-        primary_interval=list(report["primary_interval"]), test_rows=report["test_rows"],
-        repository=spec.repository, test_days=report["test_days"], validation_days=report["validation_days"],
-        skipped_days=report["skipped_days"], test_data_commit=report["test_data_commit"],
-        test_files=report["test_files"], positive_rate=report["positive_rate"],
-        decision_threshold=report["threshold"], class_rates=report.get("class_rates"),
-        per_class=report.get("per_class"), checkpoint_sha256=report["checkpoint_sha256"],
-        champion_version=champ["version"] if champ else None, gate_passed=bool(report["gate"]["passed"]),
-        gate_reason=report["gate"]["reason"], slices=report["slices"], baseline=report["baseline"],
-        report_uri=ref.uri, report_sha256=ref.sha256, report_bytes=ref.size, mlflow_run_id=run_id,
-        mlflow_run_url=run_url, plots=plot_urls,
-        primary_delta=list(report["primary_delta"]) if report["deltas"] else None,
-        champion_metrics=champ["metrics"] if report["deltas"] else None,
+        primary_metric=report.primary_metric, metrics=report.metrics, primary_interval=list(report.primary_interval),
+        test_rows=report.test_rows, repository=spec.repository, test_days=list(report.test_days),
+        validation_days=list(report.validation_days), skipped_days=report.skipped_days,
+        test_data_commit=report.test_data_commit, test_files=doc["test_files"], positive_rate=report.positive_rate,
+        decision_threshold=report.threshold, class_rates=report.class_rates, per_class=doc.get("per_class"),
+        checkpoint_sha256=report.checkpoint_sha256, champion_version=champ.version if champ else None,
+        gate_passed=report.gate.passed, gate_reason=report.gate.reason, slices=doc["slices"],
+        baseline=doc["baseline"], report_uri=ref.uri, report_sha256=ref.sha256, report_bytes=ref.size,
+        mlflow_run_id=run_id, mlflow_run_url=run_url, plots=plot_urls,
+        primary_delta=list(report.primary_delta) if report.compared else None,
+        champion_metrics=champ.metrics if report.compared else None,
         summary=summary_markdown(spec, report, plot_urls), plots_inline=plots_inline)

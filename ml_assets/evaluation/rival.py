@@ -10,35 +10,34 @@ A rival without a champion yet is reported and not judged.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import polars as pl
 
 from ml_assets.evaluation import metrics as M
+from ml_assets.evaluation.document import EvaluationReport, Rival
 from ml_assets.evaluation.errors import EvaluationError
 from ml_assets.serving.predict import predict
 from ml_assets.spec import ModelSpec
 
 
-def score_rival(spec: ModelSpec, report: dict[str, Any], by_model: dict[str, np.ndarray], client,
-                frame: pl.DataFrame, y: np.ndarray) -> None:
-    """Adds ``report["rival"]`` and the rival's predictions to ``by_model`` (for the plots)."""
+def score_rival(spec: ModelSpec, report: EvaluationReport, by_model: dict[str, np.ndarray], client,
+                frame: pl.DataFrame, y: np.ndarray) -> Rival | None:
+    """The rival on the report's rows (None: the spec names none); its predictions are added to
+    ``by_model`` (for the plots)."""
     from ml_assets.registry import versions as registry
 
     name, ev, primary = spec.promotion.rival, spec.evaluation, spec.promotion.primary_metric
     if name is None:
-        return
+        return None
     mv = registry.by_alias(client, name, registry.CHAMPION)
     if mv is None:
-        report["rival"] = {"model": name, "version": None}
-        return
+        return Rival(model=name, version=None)
     try:
         old = predict(registry.load_version(client, mv), frame)
     except (registry.RegistryError, ValueError) as exc:
         raise EvaluationError(f"the rival {name} (champion v{mv.version}) cannot be scored on the same rows "
                               f"(promotion.rival): {exc}") from None
-    threshold = report["threshold"]
+    threshold = report.threshold
     try:
         values = M.compute_metrics(spec.target.task, y, old, threshold, top_k=ev.top_k)
         fn = M.metric_function(spec.target.task, primary, threshold, top_k=ev.top_k)
@@ -46,5 +45,5 @@ def score_rival(spec: ModelSpec, report: dict[str, Any], by_model: dict[str, np.
                                          level=ev.confidence_level, seed=0)
     except M.MetricError as exc:
         raise EvaluationError(f"comparing with the rival {name}: {exc}") from None
-    report["rival"] = {"model": name, "version": str(mv.version), "metrics": values, "primary_delta": list(delta)}
     by_model[f"{name} v{mv.version}"] = old
+    return Rival(model=name, version=str(mv.version), metrics=values, primary_delta=tuple(delta))

@@ -3,19 +3,19 @@ run (with its plots and metrics), and the record the evaluation_report asset ret
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from ml_assets.evaluation import report as rep
+from ml_assets.evaluation.document import EvaluationReport
 from ml_assets.evaluation.record import EvaluationRecord
+from ml_assets.evaluation.summary import plots_markdown
 from ml_assets.layout import MLFLOW_EVALUATION, MLFLOW_PLOTS, Layout
 from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource
 from ml_assets.step import Step
 
 
-def store_evaluation(step: Step, report: dict[str, Any], predictions: rep.Predictions, sha: str,
+def store_evaluation(step: Step, report: EvaluationReport, predictions: rep.Predictions, sha: str,
                      artifacts: ArtifactStoreResource, tracking: MlflowTrackingResource) -> EvaluationRecord:
     """``sha``: the evaluated checkpoint's sha256, which finds its MLflow run (re-runs reuse it)."""
     from ml_assets.registry.versions import training_run
@@ -26,8 +26,8 @@ def store_evaluation(step: Step, report: dict[str, Any], predictions: rep.Predic
         **step.provenance().to_tags(), "dagster/partition": step.partition})
     with tempfile.TemporaryDirectory(prefix="ml_assets-evaluation-") as tmp:
         plots = rep.write_plots(spec, report, predictions, Path(tmp) / "plots")
-        inline = rep.plots_markdown({name: (Path(tmp) / "plots" / name).read_bytes() for name in plots})
-        report_bytes = json.dumps(report, indent=1, sort_keys=True).encode()
+        inline = plots_markdown({name: (Path(tmp) / "plots" / name).read_bytes() for name in plots})
+        report_bytes = report.to_json()
         ref = artifacts.put(Layout.of(spec).evaluation_prefix(step.partition), report_bytes, ".json")
         client.log_artifacts(run_id, str(Path(tmp) / "plots"), MLFLOW_PLOTS)
         (Path(tmp) / "evaluation_report.json").write_bytes(report_bytes)

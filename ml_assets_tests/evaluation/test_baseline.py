@@ -6,6 +6,7 @@ import pytest
 
 from ml_assets.evaluation import metrics as M
 from ml_assets.evaluation.baseline import BASE_RATE, LINEAR, fit_baselines, score_baselines
+from ml_assets.evaluation.document import EvaluationReport
 from ml_assets.evaluation.policy import decide
 from ml_assets.features.state import Encoded
 from ml_assets.spec import PromotionSpec
@@ -52,8 +53,8 @@ def test_a_first_model_must_beat_the_best_baseline_by_the_margin():
     baseline = {"baselines": [{"name": LINEAR, "description": "logistic regression on the same features",
                                "metrics": {"roc_auc": 0.66}}], "best": LINEAR}
     report = {"metrics": {"roc_auc": 0.665}, "champion": None, "baseline": {**baseline, "delta": [0.005, 0.0, 0.01]}}
-    weak = decide(policy, report)
+    weak = decide(policy, EvaluationReport.from_dict(report))
     assert not weak.passed and [c.name for c in weak.failed] == ["improvement of roc_auc over the baseline"]
     assert "baseline linear (logistic regression on the same features) 0.6600: +0.0050" in weak.reason()
-    assert decide(policy, {**report, "baseline": {**baseline, "delta": [0.04, 0.03, 0.05]}}).passed
-    assert decide(policy.model_copy(update={"beat_baseline": False}), report).passed
+    assert decide(policy, EvaluationReport.from_dict({**report, "baseline": {**baseline, "delta": [0.04, 0.03, 0.05]}})).passed
+    assert decide(policy.model_copy(update={"beat_baseline": False}), EvaluationReport.from_dict(report)).passed

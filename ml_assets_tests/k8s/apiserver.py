@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from ml_assets.training.k8s_job import INDEX_ANNOTATION
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 from ml_assets_tests.k8s.kubelet import loopback_dns, pod_command, pod_env
 
 

@@ -16,10 +16,9 @@ import pytest
 import yaml
 
 from ml_assets.deploy.k8s.pods import TrainingDefaults
-from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_specs
 from ml_assets.training.k8s_job import job_name, training_job_manifests
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env, spec_data
 from ml_assets_tests.k8s.conftest import assert_restricted, documents, pod_specs, validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +33,7 @@ def _values(name: str) -> dict:
 
 def _multinode_values() -> dict:
     """values-multinode.yaml plus a spec given as its comment says (--set-file models.<file>=...)."""
-    spec = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
+    spec = spec_data()
     spec["training"].update(nodes=4, pod={"cpu": "90", "memory": "900Gi", "shm_size": "256Gi"})
     return {**_values("multinode"), "models": {"flights_delay.yaml": yaml.safe_dump(spec, sort_keys=False)}}
 

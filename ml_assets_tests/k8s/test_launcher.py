@@ -9,14 +9,14 @@ import time
 
 import dagster as dg
 import pytest
-import yaml
 
-from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.spec import ModelSpec
 from ml_assets.training.k8s_job import INDEX_ANNOTATION
 from ml_assets.training.k8s_launch import KubernetesTorchrunLauncher
+from ml_assets_tests.helpers import model_spec
 from ml_assets_tests.k8s.apiserver import FakeApiServer
 from ml_assets_tests.trainer.toy import free_port, toy_data, write_config
+
+pytestmark = pytest.mark.torchrun
 
 STEP_POD = {
     "apiVersion": "v1", "kind": "Pod",
@@ -30,12 +30,6 @@ STEP_POD = {
 }
 
 
-def _spec(**training) -> ModelSpec:
-    raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
-    raw["training"].update(training)
-    return ModelSpec.model_validate(raw)
-
-
 @pytest.fixture
 def api(tmp_path, monkeypatch):
     (tmp_path / "api").mkdir()
@@ -46,7 +40,7 @@ def api(tmp_path, monkeypatch):
 
 
 def _train(api, tmp_path, epochs: int, during=None, before=None):
-    spec = _spec(nodes=2, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": free_port()})
+    spec = model_spec(training=dict(nodes=2, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": free_port()}))
     data = toy_data(tmp_path / "data")
     config = tmp_path / "train_config.json"
     output_dir = tmp_path / "run"

@@ -9,26 +9,21 @@ session of a real materialization.
 import subprocess
 
 import dagster as dg
-import yaml
+import pytest
 from dagster._core.pipes.utils import extract_message_or_forward_to_stdout
 from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 
 from ml_assets.deploy.k8s.pods import TrainingDefaults
-from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import ModelSpec
 from ml_assets.training.k8s_job import job_name, training_job_manifests
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env, model_spec
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 from ml_assets_tests.k8s.kubelet import loopback_dns, pod_command, pod_env
 from ml_assets_tests.trainer.toy import free_port, toy_data, write_config
 
+pytestmark = pytest.mark.torchrun
+
 NODES = 2
-
-
-def _spec(**training) -> ModelSpec:
-    raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
-    raw["training"].update(training)
-    return ModelSpec.model_validate(raw)
 
 
 def _manifests(spec: ModelSpec, config_uri: str, env=None):
@@ -39,7 +34,7 @@ def _manifests(spec: ModelSpec, config_uri: str, env=None):
 
 
 def test_the_indexed_job_and_its_service_validate_and_agree():
-    spec = _spec(nodes=4, gpus_per_node=8, pod={"shm_size": "64Gi", "node_selector": {"pool": "h100"}})
+    spec = model_spec(training=dict(nodes=4, gpus_per_node=8, pod={"shm_size": "64Gi", "node_selector": {"pool": "h100"}}))
     service, job = _manifests(spec, "s3://ml/checkpoints/flights_delay/date=2013-02-01/run/train_config.json")
     validate(service)
     validate(job)
@@ -64,7 +59,7 @@ def test_the_indexed_job_and_its_service_validate_and_agree():
 
 def test_the_pods_command_trains_on_two_nodes_over_the_declared_rendezvous(tmp_path):
     port = free_port()
-    spec = _spec(nodes=NODES, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": port})
+    spec = model_spec(training=dict(nodes=NODES, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": port}))
     data = toy_data(tmp_path / "data")
     config_path = tmp_path / "run" / "train_config.json"
     config_path.parent.mkdir()

@@ -24,7 +24,8 @@ from kubernetes.client import ApiClient
 
 from ml_assets.definitions import build_definitions
 from ml_assets.deploy.k8s.pods import K8sConfigError, TrainingDefaults
-from ml_assets.settings import BUNDLED_MODELS_DIR, load_settings
+from ml_assets.settings import load_settings
+from ml_assets_tests.helpers import spec_data
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 
 GPU_NODES = {"cloud.google.com/gke-accelerator": "nvidia-l4"}
@@ -45,7 +46,7 @@ class RecordingBatchApi:
 def k8s_env(tmp_path, kubeconfig_file):
     models = tmp_path / "models"
     models.mkdir()
-    spec = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
+    spec = spec_data()
     spec["training"].update(gpus_per_node=4, pod={"cpu": "16", "memory": "96Gi", "shm_size": "32Gi",
                                                   "node_selector": {"ml-assets/pool": "a100"}})
     (models / "flights_delay.yaml").write_text(yaml.safe_dump(spec))
@@ -197,7 +198,7 @@ def test_on_kubernetes_torchrun_runs_one_process_per_gpu():
     from ml_assets.spec import ModelSpec
     from ml_assets.training.k8s_launch import KubernetesTorchrunLauncher
 
-    raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
+    raw = spec_data()
     launcher = KubernetesTorchrunLauncher(training_defaults='{"gpus_per_node": 8}')
     chart_default = ModelSpec.model_validate(raw)
     raw["training"]["gpus_per_node"] = 2

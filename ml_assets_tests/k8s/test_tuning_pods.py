@@ -7,16 +7,16 @@ import os
 
 import dagster as dg
 import pytest
-import yaml
 
 from ml_assets.deploy.k8s.pods import TrainingDefaults
-from ml_assets.settings import BUNDLED_MODELS_DIR
-from ml_assets.spec import ModelSpec
 from ml_assets.tuning import study as st
 from ml_assets.tuning.k8s_job import KubernetesTuningResource, tuning_job_manifest
+from ml_assets_tests.helpers import model_spec
 from ml_assets_tests.k8s.apiserver import FakeApiServer
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 from ml_assets_tests.tuning.test_study import job as toy_job
+
+pytestmark = pytest.mark.torchrun
 
 POSTGRES = os.environ.get("ML_ASSETS_TEST_POSTGRES_URL")
 STEP_POD = {
@@ -29,14 +29,8 @@ STEP_POD = {
 }
 
 
-def _spec(**tuning) -> ModelSpec:
-    raw = yaml.safe_load((BUNDLED_MODELS_DIR / "flights_delay.yaml").read_text())
-    raw["tuning"] = {**raw.get("tuning", {}), **tuning}
-    return ModelSpec.model_validate(raw)
-
-
 def test_the_trial_worker_job_validates_and_sizes_pods_like_training():
-    spec = _spec(processes_per_trial=2, workers=4)
+    spec = model_spec(tuning=dict(processes_per_trial=2, workers=4))
     defaults = TrainingDefaults(gpus_per_node=8, node_selector={"pool": "a100"})
     job = tuning_job_manifest(spec, defaults, name="flights-delay-tune-0a1b2c3d-0", namespace="ml",
                               image="registry.example.com/ml-assets:0.1.0", job_uri="s3://ml/artifacts/tuning/x/job.json",
@@ -68,7 +62,7 @@ def test_two_worker_pods_share_a_postgres_study_and_the_job_file_holds_no_passwo
 
         @dg.asset
         def hyperparameters(context: dg.AssetExecutionContext) -> None:
-            codes["value"] = resource.run_workers(context, _spec(), job, 2)
+            codes["value"] = resource.run_workers(context, model_spec(), job, 2)
 
         with dg.instance_for_test() as instance:
             assert dg.materialize([hyperparameters], instance=instance).success

@@ -13,14 +13,9 @@ from ml_assets.pipeline.arrival import ARRIVAL_TAG, day_regex, watched
 from ml_assets.pipeline.model import build_model_defs
 from ml_assets.settings import load_settings
 from ml_assets.spec import ModelSpec
-from ml_assets_tests.conftest import flights_files, write_spec
+from ml_assets_tests.helpers import flights_files, model_spec, spec_data, whole, write_spec
 
 DAYS = [dt.date(2013, 3, 10), dt.date(2013, 3, 11)]
-
-
-def files_spec(spec_dict: dict, source: dict) -> ModelSpec:
-    spec_dict["source"] = source
-    return ModelSpec.model_validate(spec_dict)
 
 
 def tick(sensor, instance, cursor, defs):
@@ -37,9 +32,10 @@ def test_the_day_in_a_path_is_read_by_the_template():
 
 
 def test_new_local_files_launch_their_days_ingest_once_per_file_set(home, tmp_path, spec_dict, monkeypatch):
-    spec = files_spec(spec_dict, flights_files(tmp_path / "src", DAYS))
+    data = spec_data(spec_dict, source=whole(flights_files(tmp_path / "src", DAYS)))
+    spec = ModelSpec.model_validate(data)
     assert watched(spec)
-    write_spec(tmp_path / "models", spec_dict)
+    write_spec(tmp_path / "models", data)
     monkeypatch.setenv("ML_ASSETS_MODELS_DIR", str(tmp_path / "models"))
     defs = build_definitions(load_settings())
     sensor = defs.resolve_sensor_def(f"{spec.name}_data_arrival_sensor")
@@ -79,12 +75,13 @@ def test_s3_files_are_listed_through_dagster_aws(home, tmp_path, spec_dict, s3_e
     for day in DAYS[:1]:
         s3.upload_file(str(tmp_path / "flights" / f"{day}.parquet"), "arrivals", f"flights/{day}.parquet")
     s3.put_object(Bucket="arrivals", Key="flights/notes.txt", Body=b"not a day")
-    spec = files_spec(spec_dict, {
+    data = spec_data(spec_dict, source=whole({
         "kind": "files", "rows": {"path": "s3://arrivals/flights/{date}.parquet"},
         "dimensions": {"weather": {"path": "s3://arrivals/weather.parquet", "timestamp_column": "time_hour"},
                        "planes": {"path": "s3://arrivals/planes.csv", "format": "csv"}},
-        "storage_options": {"endpoint_url": s3_endpoint}})
-    write_spec(tmp_path / "models", spec_dict)
+        "storage_options": {"endpoint_url": s3_endpoint}}))
+    spec = ModelSpec.model_validate(data)
+    write_spec(tmp_path / "models", data)
     monkeypatch.setenv("ML_ASSETS_MODELS_DIR", str(tmp_path / "models"))
     defs = build_definitions(load_settings())
     sensor = defs.resolve_sensor_def(f"{spec.name}_data_arrival_sensor")
@@ -100,7 +97,7 @@ def test_s3_files_are_listed_through_dagster_aws(home, tmp_path, spec_dict, s3_e
 def test_a_source_without_the_day_in_its_path_has_no_arrival_sensor(tmp_path, spec_dict):
     source = flights_files(tmp_path, DAYS)
     source["rows"]["path"] = str(tmp_path / "flights" / "*.parquet")
-    spec = files_spec(spec_dict, source)
+    spec = model_spec(spec_dict, source=whole(source))
     assert not watched(spec)
     with pytest.raises(dg.DagsterInvalidDefinitionError):
         build_model_defs(spec).resolve_sensor_def(f"{spec.name}_data_arrival_sensor")

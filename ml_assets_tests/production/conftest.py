@@ -24,7 +24,7 @@ import yaml
 
 from ml_assets.deploy.alerts.webhook import WEBHOOK_VARIABLE
 from ml_assets.instance import PRODUCTION_INSTANCE
-from ml_assets_tests.conftest import VENV_BIN, cli_env, free_port, small_training, write_spec
+from ml_assets_tests.helpers import VENV_BIN, cli_env, free_port, small_training, write_spec
 
 REPO = Path(__file__).resolve().parents[2]
 POSTGRES = os.environ.get("ML_ASSETS_TEST_POSTGRES_URL")

@@ -10,13 +10,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from ml_assets.deploy.run_launcher import (
     DUMP_STACKS,
     LocalProcessRunLauncher,
     _forkserver_context,
     worker_setup,
 )
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
 
 DAYS = [dt.date(2013, 3, 18), dt.date(2013, 3, 19), dt.date(2013, 3, 20)]
 VALIDATED = "validated every day"
@@ -48,6 +50,7 @@ def wait_for_text(path: Path, text: str, timeout: float, what: str) -> str:
     raise AssertionError(f"{what} within {timeout:.0f} s; the worker's log:\n{log[-3000:]}")
 
 
+@pytest.mark.slow
 def test_a_forked_run_worker_validates_real_days_and_dumps_its_stacks_on_request(tmp_path):
     log = tmp_path / "worker.log"
     worker = _forkserver_context().Process(target=_validate_then_wait, args=(str(log),))

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ml_assets_tests.conftest import VENV_BIN
+from ml_assets_tests.helpers import VENV_BIN
 from ml_assets_tests.production.conftest import REPO, needs_postgres, wait_for
 
 pytestmark = [needs_postgres, pytest.mark.e2e]

@@ -112,6 +112,7 @@ def test_the_shipped_instance_configuration_is_valid(tmp_path, monkeypatch):
                                         "config": {"postgres_url": {"env": "ML_ASSETS_DAGSTER_POSTGRES_URL"}}}  # no secret
 
 
+@pytest.mark.slow
 def test_the_launchers_preload_is_installed_libraries_only_and_starts_no_thread():
     """The launcher's server forks run workers after importing WORKER_PRELOAD: a thread alive at the
     fork would be lost (or hold a lock) in every worker, and a module of the project would be stale

@@ -1,7 +1,10 @@
 """The promotion policy clause by clause, on hand-made reports."""
 
+import json
+
 import pytest
 
+from ml_assets.evaluation.document import EvaluationReport, Gate
 from ml_assets.evaluation.policy import decide
 from ml_assets.spec import PromotionSpec
 
@@ -20,32 +23,32 @@ def challenger(new: float, old: float, *, worst_slice: float = 0.0, ece: tuple[f
 
 
 def test_first_model_must_reach_every_floor():
-    ok = decide(POLICY, {"metrics": {"roc_auc": 0.65, "log_loss": 0.4}, "champion": None})
+    ok = decide(POLICY, EvaluationReport.from_dict({"metrics": {"roc_auc": 0.65, "log_loss": 0.4}, "champion": None}))
     assert ok.passed and ok.kind == "first_model"
-    low = decide(POLICY, {"metrics": {"roc_auc": 0.65, "log_loss": 0.7}, "champion": None})
+    low = decide(POLICY, EvaluationReport.from_dict({"metrics": {"roc_auc": 0.65, "log_loss": 0.7}, "champion": None}))
     assert not low.passed
     assert [c.name for c in low.failed] == ["floor log_loss"]  # lower is better: 0.7 > ceiling 0.5
     assert "log_loss 0.7000 misses the floor <= 0.5" in low.reason()
 
 
 def test_challenger_needs_the_minimum_improvement():
-    assert decide(POLICY, challenger(0.706, 0.700)).passed
-    small = decide(POLICY, challenger(0.703, 0.700))
+    assert decide(POLICY, EvaluationReport.from_dict(challenger(0.706, 0.700))).passed
+    small = decide(POLICY, EvaluationReport.from_dict(challenger(0.703, 0.700)))
     assert not small.passed and [c.name for c in small.failed] == ["improvement of roc_auc"]
     assert "+0.0030" in small.reason() and "required >= +0.0050" in small.reason()
-    worse = decide(POLICY, challenger(0.650, 0.700))
+    worse = decide(POLICY, EvaluationReport.from_dict(challenger(0.650, 0.700)))
     assert not worse.passed
 
 
 def test_a_slice_may_not_regress_beyond_the_bound():
-    bad = decide(POLICY, challenger(0.72, 0.70, worst_slice=0.08))
+    bad = decide(POLICY, EvaluationReport.from_dict(challenger(0.72, 0.70, worst_slice=0.08)))
     assert not bad.passed and [c.name for c in bad.failed] == ["slice regression of roc_auc"]
     assert "carrier=UA" in bad.reason()
-    assert decide(POLICY, challenger(0.72, 0.70, worst_slice=0.05)).passed
+    assert decide(POLICY, EvaluationReport.from_dict(challenger(0.72, 0.70, worst_slice=0.05))).passed
 
 
 def test_calibration_may_not_worsen_beyond_the_bound():
-    bad = decide(POLICY, challenger(0.72, 0.70, ece=(0.06, 0.02)))
+    bad = decide(POLICY, EvaluationReport.from_dict(challenger(0.72, 0.70, ece=(0.06, 0.02))))
     assert not bad.passed and [c.name for c in bad.failed] == ["calibration (ECE) worsening"]
 
 
@@ -53,14 +56,14 @@ def test_lower_is_better_primary_metric():
     policy = PromotionSpec(primary_metric="rmse", min_improvement=0.1)
     report = {"metrics": {"rmse": 9.5}, "champion": {"version": "1", "metrics": {"rmse": 10.0}},
               "primary_delta": [-0.5, -0.7, -0.3], "slice_regressions": []}
-    assert decide(policy, report).passed
+    assert decide(policy, EvaluationReport.from_dict(report)).passed
     report["primary_delta"] = [0.5, 0.3, 0.7]
     report["metrics"]["rmse"] = 10.5
-    assert not decide(policy, report).passed
+    assert not decide(policy, EvaluationReport.from_dict(report)).passed
 
 
 def test_the_champions_own_weights_pass_as_nothing_to_promote():
-    same = decide(POLICY, {"metrics": {"roc_auc": 0.7}, "champion": {"version": "2", "same_weights": True}})
+    same = decide(POLICY, EvaluationReport.from_dict({"metrics": {"roc_auc": 0.7}, "champion": {"version": "2", "same_weights": True}}))
     assert same.passed and same.kind == "same_as_champion"
 
 
@@ -68,23 +71,25 @@ def test_the_champions_own_weights_pass_as_nothing_to_promote():
 def test_decisions_serialize(kind):
     report = challenger(0.71, 0.70) if kind == "challenger" else {"metrics": {"roc_auc": 0.7, "log_loss": 0.3},
                                                                    "champion": None}
-    out = decide(POLICY, report).as_dict()
+    gate = decide(POLICY, EvaluationReport.from_dict(report)).as_gate()
+    out = json.loads(json.dumps(gate.to_dict()))
     assert out["kind"] == kind and out["clauses"] and isinstance(out["reason"], str)
+    assert Gate.from_dict(out) == gate
 
 
 def test_a_multiclass_gate_on_macro_f1_with_top_label_calibration():
     policy = PromotionSpec(primary_metric="macro_f1", min_improvement=0.01, max_calibration_worsening=0.02,
                            floors={"macro_f1": 0.4, "log_loss": 1.2})
-    first = decide(policy, {"metrics": {"macro_f1": 0.45, "log_loss": 1.3, "ece": 0.05}, "champion": None})
+    first = decide(policy, EvaluationReport.from_dict({"metrics": {"macro_f1": 0.45, "log_loss": 1.3, "ece": 0.05}, "champion": None}))
     assert not first.passed and [c.name for c in first.failed] == ["floor log_loss"]
     report = {"metrics": {"macro_f1": 0.47, "accuracy": 0.7, "ece": 0.08},
               "champion": {"version": "4", "metrics": {"macro_f1": 0.45, "accuracy": 0.69, "ece": 0.05},
                            "same_weights": False},
               "primary_delta": [0.02, 0.005, 0.035], "slice_regressions": []}
-    gated = decide(policy, report)
+    gated = decide(policy, EvaluationReport.from_dict(report))
     assert not gated.passed and [c.name for c in gated.failed] == ["calibration (ECE) worsening"]
     report["metrics"]["ece"] = 0.06
-    assert decide(policy, report).passed
+    assert decide(policy, EvaluationReport.from_dict(report)).passed
 
 
 def rival(new: float, old: float | None) -> dict:
@@ -98,9 +103,9 @@ def rival(new: float, old: float | None) -> dict:
 def test_a_rivals_champion_must_be_beaten_as_a_champion_is(first):
     report = ({"metrics": {"roc_auc": 0.72, "log_loss": 0.4}, "champion": None} if first
               else challenger(0.72, 0.70))
-    assert decide(POLICY, {**report, "rival": rival(0.72, 0.71)}).passed
-    lost = decide(POLICY, {**report, "rival": rival(0.72, 0.74)})
+    assert decide(POLICY, EvaluationReport.from_dict({**report, "rival": rival(0.72, 0.71)})).passed
+    lost = decide(POLICY, EvaluationReport.from_dict({**report, "rival": rival(0.72, 0.74)}))
     assert not lost.passed and [c.name for c in lost.failed] == ["improvement of roc_auc over the rival flights_delay"]
     assert "vs rival flights_delay v2 0.7400: -0.0200" in lost.reason()
-    waiting = decide(POLICY, {**report, "rival": rival(0.72, None)})
+    waiting = decide(POLICY, EvaluationReport.from_dict({**report, "rival": rival(0.72, None)}))
     assert waiting.passed and "rival flights_delay has no champion yet: not compared" in waiting.reason()

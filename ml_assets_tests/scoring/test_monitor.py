@@ -22,8 +22,10 @@ from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
 from ml_assets.scoring.retrain import REASON_TAG, RETRAIN_TAG, latest_partition
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError, load_spec
-from ml_assets_tests.conftest import flights_files, small_training, write_spec
+from ml_assets_tests.helpers import flights_files, small_training, write_spec
 from ml_assets_tests.production.conftest import Webhook
+
+pytestmark = pytest.mark.torchrun
 
 NAME = "flights_delay"
 TRAIN = dt.date(2013, 3, 14)

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import polars as pl
+import pytest
 from mlflow.tracking import MlflowClient
 
 from ml_assets.definitions import build_definitions
@@ -28,7 +29,9 @@ from ml_assets.settings import load_settings
 from ml_assets.spec import load_spec
 from ml_assets.validation.record import SnapshotRecord
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import cli_env, small_training, write_spec
+from ml_assets_tests.helpers import cli_env, small_training, write_spec
+
+pytestmark = pytest.mark.torchrun
 
 NAME = "flights_delay"
 DAY = dt.date(2013, 4, 10)

@@ -9,12 +9,10 @@ caches imports by name, so two tests must never share one.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import shutil
 import subprocess
 import sys
-import textwrap
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -41,7 +39,7 @@ from ml_assets.trainer.contract import (
     sample_batch,
 )
 from ml_assets.trainer.data import read_state, to_tensors
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env, write_package
 from ml_assets_tests.trainer.toy import ref, torchrun_args, toy_data, write_config
 
 PREFIX = "byom_"
@@ -94,22 +92,10 @@ def unique_name() -> str:
     return f"{PREFIX}{uuid.uuid4().hex[:12]}"
 
 
-def write_package(root: Path, name: str, model: str, **modules: str) -> Path:
-    """``root/name/`` with ``__init__.py``, ``model.py`` and any other modules; returns the package dir."""
-    package = root / name
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("")
-    (package / "model.py").write_text(textwrap.dedent(model))
-    for module, text in modules.items():
-        (package / f"{module}.py").write_text(textwrap.dedent(text))
-    importlib.invalidate_caches()
-    return package
-
-
 def factory(root: Path, tail: str = "return out", mark: str = "v1", **modules: str) -> tuple[str, str]:
     """A fresh package with FACTORY's model (forward ending in ``tail``); returns (package, code_path)."""
     name = unique_name()
-    write_package(root, name, FACTORY.format(mark=mark).replace("        return out", f"        {tail}"), **modules)
+    write_package(root, name, model=FACTORY.format(mark=mark).replace("        return out", f"        {tail}"), **modules)
     return name, str(root)
 
 
@@ -159,7 +145,7 @@ def test_a_non_callable_is_refused_naming_field_and_path(tmp_path):
 ])
 def test_a_factory_that_raises_on_import_is_refused_with_its_own_words(tmp_path, raising, said):
     name = unique_name()
-    write_package(tmp_path, name, raising)
+    write_package(tmp_path, name, model=raising)
     path = f"{name}.model:build"
     message = refused(path, code_path=str(tmp_path))
     assert message.startswith("model.module:") and repr(path) in message and said in message
@@ -178,7 +164,7 @@ def test_a_factory_that_rejects_a_param_is_refused_naming_model_params(tmp_path,
 
 def test_a_factory_that_returns_no_module_is_refused(tmp_path):
     name = unique_name()
-    write_package(tmp_path, name, "def build(inputs):\n    return lambda numeric, categorical: numeric\n")
+    write_package(tmp_path, name, model="def build(inputs):\n    return lambda numeric, categorical: numeric\n")
     path = f"{name}.model:build"
     message = refused(path, code_path=str(tmp_path))
     assert message.startswith("model.module:") and path in message and "returned a function" in message
@@ -270,7 +256,7 @@ factory = ModelFactory(build=lambda inputs: Keyword(inputs), loss=absolute_loss,
 
 def test_an_inputs_hook_returning_a_dict_calls_the_module_with_keywords(tmp_path):
     name = unique_name()
-    write_package(tmp_path, name, HOOKS)
+    write_package(tmp_path, name, model=HOOKS)
     model, _ = make_custom(f"{name}.model:factory", {}, BINARY, str(tmp_path))
     seen = sys.modules[f"{name}.model"].SEEN
     seen.clear()
@@ -283,7 +269,7 @@ def test_an_inputs_hook_returning_a_dict_calls_the_module_with_keywords(tmp_path
 
 def test_a_custom_loss_hook_is_the_factory_loss_and_the_trainers_criterion(tmp_path):
     name = unique_name()
-    write_package(tmp_path, name, HOOKS)
+    write_package(tmp_path, name, model=HOOKS)
     path = f"{name}.model:factory"
     made = load_factory(path, str(tmp_path))
     module = sys.modules[f"{name}.model"]
@@ -382,8 +368,8 @@ def test_pycache_is_not_part_of_the_pin(tmp_path):
 
 def test_a_package_in_code_path_wins_over_one_of_the_same_name_on_sys_path(tmp_path, monkeypatch):
     name = unique_name()
-    write_package(tmp_path / "installed", name, FACTORY.format(mark="installed"))
-    write_package(tmp_path / "spec_dir", name, FACTORY.format(mark="spec_dir"))
+    write_package(tmp_path / "installed", name, model=FACTORY.format(mark="installed"))
+    write_package(tmp_path / "spec_dir", name, model=FACTORY.format(mark="spec_dir"))
     monkeypatch.syspath_prepend(str(tmp_path / "installed"))
     path = f"{name}.model:build"
     assert code_pin.package_root(path) == (tmp_path / "installed" / name).resolve()
@@ -395,8 +381,8 @@ def test_a_package_in_code_path_wins_over_one_of_the_same_name_on_sys_path(tmp_p
 
 def test_a_second_copy_from_another_code_path_replaces_the_first(tmp_path):
     name = unique_name()
-    write_package(tmp_path / "v1", name, FACTORY.format(mark="v1"))
-    write_package(tmp_path / "v2", name, FACTORY.format(mark="v2").replace("width=8", "width=6"))
+    write_package(tmp_path / "v1", name, model=FACTORY.format(mark="v1"))
+    write_package(tmp_path / "v2", name, model=FACTORY.format(mark="v2").replace("width=8", "width=6"))
     path = f"{name}.model:build"
     first, _ = make_custom(path, {}, BINARY, str(tmp_path / "v1"))
     assert sys.modules[f"{name}.model"].MARK == "v1" and first.net.hidden.out_features == 8
@@ -542,6 +528,7 @@ def torchrun_runs(tmp_path_factory) -> dict:
             "logs": {which: (root / f"{which}.log").read_text() for which in runs}}
 
 
+@pytest.mark.torchrun
 def test_torchrun_trains_a_factorys_module_and_the_export_rebuilds_it(torchrun_runs):
     root, code_path, name = torchrun_runs["root"], torchrun_runs["code_path"], torchrun_runs["good"]
     cfg, path = torchrun_runs["configs"]["good"], f"{torchrun_runs['good']}.model:build"

@@ -27,7 +27,7 @@ from ml_assets.trainer.config import NOT_TRAINING, DataRef, TrainConfig
 from ml_assets.trainer.contract import CustomModel, default_inputs
 from ml_assets.trainer.model import ModelConfig, build_model
 from ml_assets.trainer.parallel import shard_units
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 from ml_assets_tests.trainer.test_resume import weights
 from ml_assets_tests.trainer.toy import (
     complete_checkpoints,
@@ -39,6 +39,8 @@ from ml_assets_tests.trainer.toy import (
     wait_for,
     write_config,
 )
+
+pytestmark = pytest.mark.torchrun
 
 # Deterministic, one thread per rank, fp32. Accumulation (FSDP's gradient-sync switch), activation
 # checkpointing and a clipping norm that computes the sharded norm without binding: on 2 ranks the

@@ -193,6 +193,7 @@ def test_the_lease_names_everything_a_waiter_needs(directory):
 
 
 
+@pytest.mark.torchrun
 def test_a_trainer_that_cannot_get_the_lease_fails_naming_the_holder_and_is_not_restarted(tmp_path):
     """Two ranks under torchrun with restarts left: the verdict reaches every rank, rank 0 names the
     holder, torchrun is asked to stop instead of restarting them to wait again, nothing is written."""

@@ -12,7 +12,6 @@ checkpoint directory.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import datetime as dt
 import os
@@ -26,7 +25,7 @@ import dagster as dg
 import pytest
 
 from ml_assets.instance import LOCAL_INSTANCE
-from ml_assets_tests.conftest import BUNDLED_SPEC, cli_env, small_training, write_spec
+from ml_assets_tests.helpers import cli_env, small_training, spec_data, write_spec
 from ml_assets_tests.test_e2e_cli import INGEST, materialize
 from ml_assets_tests.trainer.toy import (
     processes_started_for,
@@ -52,9 +51,8 @@ class Home:
 
     def spec(self, seed: int, epochs: int, **checkpoint) -> Path:
         """A models directory with the bundled model trained for ``epochs`` with ``seed``."""
-        import yaml
 
-        data = small_training(copy.deepcopy(yaml.safe_load(BUNDLED_SPEC.read_text())), window_days=3, epochs=epochs)
+        data = small_training(spec_data(), window_days=3, epochs=epochs)
         data["training"].update(processes_per_node=2, batch_size=32, seed=seed,
                                 checkpoint={"every_steps": 20, "every_seconds": 0, **checkpoint})
         models = self.root / f"models-{seed}"

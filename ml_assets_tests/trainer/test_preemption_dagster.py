@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ml_assets_tests.conftest import cli_env, small_training, write_spec
+from ml_assets_tests.helpers import cli_env, small_training, write_spec
 from ml_assets_tests.test_e2e_cli import INGEST, latest_metadata, materialize
 from ml_assets_tests.trainer.toy import descendants, python_module, wait_for
 

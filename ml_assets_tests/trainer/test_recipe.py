@@ -20,6 +20,8 @@ from ml_assets.trainer.runtime import choose_precision
 from ml_assets.trainer.train import warmup_cosine
 from ml_assets_tests.trainer.toy import run, torchrun_args, toy_data, write_config
 
+pytestmark = pytest.mark.torchrun
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict:

@@ -29,6 +29,8 @@ from ml_assets_tests.trainer.toy import (
     write_config,
 )
 
+pytestmark = pytest.mark.torchrun
+
 # Deterministic, one thread per rank: two runs of the same config give the same bits.
 EXACT = dict(epochs=3, batch_size=64, learning_rate=0.01, seed=1, deterministic=True, threads=1,
              checkpoint_every_steps=40, keep_last=3, report_every_steps=100, checkpoint_async="thread")

@@ -37,6 +37,8 @@ from ml_assets_tests.trainer.toy import (
     write_config,
 )
 
+pytestmark = pytest.mark.torchrun
+
 STREAMING = dict(data_mode="streaming", shuffle_buffer_rows=1500)
 # Deterministic, one thread per rank, two ranks: two runs of the same config give the same bits.
 EXACT = dict(epochs=3, batch_size=128, learning_rate=0.01, seed=1, deterministic=True, threads=1,

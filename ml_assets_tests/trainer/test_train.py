@@ -17,8 +17,10 @@ from ml_assets.storage import IntegrityError
 from ml_assets.trainer.checkpoint import load_checkpoint
 from ml_assets.trainer.config import DataRef, TrainConfig
 from ml_assets.trainer.data import to_tensors
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 from ml_assets_tests.trainer.toy import frame
+
+pytestmark = pytest.mark.torchrun
 
 
 def _ref(path: Path) -> DataRef:

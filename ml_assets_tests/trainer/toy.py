@@ -17,7 +17,7 @@ from benchmarks._processes import descendants, free_port, kill_tree  # noqa: F40
 from ml_assets.features.state import fit_state, state_bytes
 from ml_assets.spec import FeaturesSpec
 from ml_assets.trainer.config import DataRef, TrainConfig
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 
 
 def frame(rng: np.random.Generator, n: int) -> pl.DataFrame:

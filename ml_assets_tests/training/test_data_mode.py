@@ -28,13 +28,9 @@ from ml_assets.trainer.result import TrainingResult
 from ml_assets.training.prepare import prepare
 from ml_assets.training.record import CheckpointRecord
 from ml_assets.training.trainer_config import choose_data_mode, train_config
+from ml_assets_tests.helpers import model_spec
 
 DAYS = [f"2013-01-0{d}" for d in range(2, 7)]
-
-
-def _spec(spec_dict: dict, **training) -> ModelSpec:
-    spec_dict["training"] = {**spec_dict["training"], **training}
-    return ModelSpec.model_validate(spec_dict)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +54,7 @@ def records(tmp_path_factory, bundled_spec_dict) -> dict[str, FeaturesRecord]:
 
 
 def test_auto_streams_above_the_size_and_the_spec_can_say_either(spec_dict):
-    spec = _spec(spec_dict, streaming={"auto_above_mb": 5})
+    spec = model_spec(spec_dict, training=dict(streaming={"auto_above_mb": 5}))
     assert spec.training.data == "auto"  # the default
     small, large = choose_data_mode(spec.training, 5_000_000), choose_data_mode(spec.training, 5_000_001)
     assert (small.mode, large.mode) == ("memory", "streaming")
@@ -66,14 +62,14 @@ def test_auto_streams_above_the_size_and_the_spec_can_say_either(spec_dict):
                             "training.streaming.auto_above_mb (5)")
     assert "at most training.streaming.auto_above_mb (5)" in small.reason
     for asked in ("memory", "streaming"):
-        spec = _spec(spec_dict, data=asked, streaming={"auto_above_mb": 5})
+        spec = model_spec(spec_dict, training=dict(data=asked, streaming={"auto_above_mb": 5}))
         assert {choose_data_mode(spec.training, n).mode for n in (1, 10**12)} == {asked}
     with pytest.raises(ValidationError, match="training.data\n  Input should be 'memory', 'streaming' or 'auto'"):
-        _spec(spec_dict, data="disk")
+        model_spec(spec_dict, training=dict(data="disk"))
 
 
 def test_the_mode_reaches_the_config_and_the_streaming_settings_with_it(spec_dict):
-    spec = _spec(spec_dict, data="streaming", streaming={"shuffle_buffer_rows": 4096})
+    spec = model_spec(spec_dict, training=dict(data="streaming", streaming={"shuffle_buffer_rows": 4096}))
     ref = DataRef(uri="/f.parquet", sha256="a" * 64)
     streamed = train_config(spec, [ref], [ref], ref, "/out", data_mode="streaming")
     memory = train_config(spec, [ref], [ref], ref, "/out")
@@ -86,7 +82,7 @@ def test_a_streamed_window_is_fitted_out_of_core_to_the_in_memory_state(spec_dic
     total = sum(r.bytes for r in records.values())
     fitted = {}
     for threshold in (total / 1e6, (total - 1) / 1e6):  # the window's bytes: at the threshold, then just over it
-        spec = _spec(spec_dict, validation_days=1, min_validation_rows=10, streaming={"auto_above_mb": threshold})
+        spec = model_spec(spec_dict, training=dict(validation_days=1, min_validation_rows=10, streaming={"auto_above_mb": threshold}))
         prepared = prepare(spec, records, DAYS[:-1], DAYS[-1:], artifacts, "state")
         assert prepared.data.window_bytes == total
         fitted[prepared.data.mode] = json.loads(Path(prepared.state.uri).read_bytes())
@@ -103,7 +99,7 @@ def test_a_changed_feature_file_stops_the_out_of_core_fit_by_name(spec_dict, rec
     changed = tmp_path / "changed.parquet"
     changed.write_bytes(Path(records[day].uri).read_bytes() + b"\0")
     bad = {**records, day: FeaturesRecord(**{**records[day].__dict__, "uri": str(changed)})}
-    spec = _spec(spec_dict, data="streaming", validation_days=1, min_validation_rows=10)
+    spec = model_spec(spec_dict, training=dict(data="streaming", validation_days=1, min_validation_rows=10))
     with pytest.raises(IntegrityError, match=re.escape(f"{changed}: sha256 is")):
         prepare(spec, bad, DAYS[:-1], DAYS[-1:], ArtifactStoreResource(root=str(tmp_path / "a")), "state")
 

@@ -3,7 +3,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from ml_assets.spec import ModelSpec, SpecError, load_spec, parse_spec
+from ml_assets.spec import SpecError, load_spec, parse_spec
 from ml_assets.training.window import (
     TooFewRows,
     WindowError,
@@ -11,16 +11,9 @@ from ml_assets.training.window import (
     training_window,
     without_missing,
 )
-from ml_assets_tests.conftest import BUNDLED_SPEC, write_spec
+from ml_assets_tests.helpers import BUNDLED_SPEC, model_spec, write_spec
 
 DAY = dt.date(2013, 3, 15)
-
-
-def _spec(spec_dict: dict, **training) -> ModelSpec:
-    evaluation = training.pop("evaluation", {})
-    spec_dict["training"].update(training)
-    spec_dict["evaluation"].update(evaluation)
-    return ModelSpec.model_validate(spec_dict)
 
 
 def test_window_trains_before_the_day_and_never_on_it():
@@ -35,7 +28,7 @@ def test_window_trains_before_the_day_and_never_on_it():
 
 
 def test_several_validation_and_test_days_never_overlap(spec_dict):
-    spec = _spec(spec_dict, window_days=10, validation_days=3, evaluation={"test_days": 4})
+    spec = model_spec(spec_dict, training=dict(window_days=10, validation_days=3), evaluation={"test_days": 4})
     win = training_window(spec, DAY)
     assert win.test_days == tuple(DAY - dt.timedelta(days=k) for k in (3, 2, 1, 0))
     assert win.val_days == tuple(DAY - dt.timedelta(days=k) for k in (6, 5, 4))
@@ -44,17 +37,17 @@ def test_several_validation_and_test_days_never_overlap(spec_dict):
 
 
 def test_window_before_history_names_first_trainable_day(spec_dict):
-    spec = _spec(spec_dict, window_days=14, evaluation={"test_days": 1})
+    spec = model_spec(spec_dict, training=dict(window_days=14), evaluation={"test_days": 1})
     with pytest.raises(WindowError, match="the first trainable partition is 2013-01-15"):
         training_window(spec, dt.date(2013, 1, 5))
     assert training_window(spec, dt.date(2013, 1, 15)).train_days[0] == dt.date(2013, 1, 1)
-    spec = _spec(spec_dict, window_days=14, evaluation={"test_days": 3})
+    spec = model_spec(spec_dict, training=dict(window_days=14), evaluation={"test_days": 3})
     with pytest.raises(WindowError, match="the first trainable partition is 2013-01-17"):
         training_window(spec, dt.date(2013, 1, 16))
 
 
 def test_missing_days_fail_by_default_naming_each_day_and_why(spec_dict):
-    spec = _spec(spec_dict, window_days=5)
+    spec = model_spec(spec_dict, training=dict(window_days=5))
     win = training_window(spec, DAY)
     gone = {DAY - dt.timedelta(days=3)}
     with pytest.raises(WindowError, match=r"2013-03-12: stopped by its checks.*training.missing_days: skip"):
@@ -62,7 +55,7 @@ def test_missing_days_fail_by_default_naming_each_day_and_why(spec_dict):
 
 
 def test_skip_trains_on_the_rest_and_lists_the_skipped_days(spec_dict):
-    spec = _spec(spec_dict, window_days=6, validation_days=2, missing_days="skip", max_missing_days=2)
+    spec = model_spec(spec_dict, training=dict(window_days=6, validation_days=2, missing_days="skip", max_missing_days=2))
     win = training_window(spec, DAY)
     gone = {win.train_days[1], win.val_days[0]}
     kept = without_missing(spec, win, "fit", lambda d: d not in gone, lambda d: "never ingested")

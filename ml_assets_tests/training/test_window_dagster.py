@@ -7,13 +7,16 @@ import json
 
 import dagster as dg
 import polars as pl
+import pytest
 from mlflow.tracking import MlflowClient
 
 from ml_assets import audit
 from ml_assets.definitions import build_definitions
 from ml_assets.settings import load_settings
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import flights_files, small_training, write_spec
+from ml_assets_tests.helpers import flights_files, small_training, write_spec
+
+pytestmark = pytest.mark.torchrun
 
 DAY = dt.date(2013, 3, 8)
 INGEST = ("raw_data", "validated_snapshot", "features")

@@ -4,11 +4,14 @@ MLflow (one nested run per trial), whose best parameters the next training takes
 import datetime as dt
 
 import dagster as dg
+import pytest
 from mlflow.tracking import MlflowClient
 
 from ml_assets.definitions import build_definitions
 from ml_assets.settings import load_settings
-from ml_assets_tests.conftest import small_training, write_spec
+from ml_assets_tests.helpers import small_training, write_spec
+
+pytestmark = pytest.mark.torchrun
 
 INGEST = ("raw_data", "validated_snapshot", "features")
 

@@ -16,8 +16,10 @@ from ml_assets.spec import TuningSpec
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.tuning import study as st
 from ml_assets.tuning.space import config_overrides, suggest
-from ml_assets_tests.conftest import cli_env
+from ml_assets_tests.helpers import cli_env
 from ml_assets_tests.trainer.toy import kill_tree, toy_data
+
+pytestmark = pytest.mark.torchrun
 
 POSTGRES = os.environ.get("ML_ASSETS_TEST_POSTGRES_URL")
 

@@ -17,7 +17,9 @@ from ml_assets.ingest.sources import ROWS, read_day
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_spec
 from ml_assets.validation.replay import replay
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
+
+pytestmark = pytest.mark.slow
 
 START, END = dt.date(2013, 1, 1), dt.date(2013, 12, 31)
 DOC = Path(__file__).resolve().parents[2] / "docs" / "data-validation.md"

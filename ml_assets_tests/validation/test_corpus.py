@@ -19,7 +19,7 @@ from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.assets import build_validated_snapshot
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import flights_files
+from ml_assets_tests.helpers import flights_files
 
 DAY = dt.date(2013, 6, 5)  # a Wednesday with nothing special about it
 REPO = "flights-delay"
@@ -84,6 +84,7 @@ def _run(h):
                           resources=h["resources"], raise_on_error=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(CORPUS))
 def test_bad_input_fails_the_intended_check_and_leaves_main_untouched(harness, kind):
     change, check, words = CORPUS[kind]

@@ -7,7 +7,7 @@ from ml_assets.ingest.sources import read_day
 from ml_assets.spec import load_spec
 from ml_assets.validation.drift import DAY, drift_check
 from ml_assets.validation.stats import pooled_counts, psi_of
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
 
 DAY_UNDER_TEST = dt.date(2013, 3, 15)
 

@@ -9,7 +9,7 @@ import pytest
 from ml_assets.cli import replay_checks
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.replay import replay
-from ml_assets_tests.conftest import flights_files, write_spec
+from ml_assets_tests.helpers import flights_files, write_spec
 
 FIRST = dt.date(2013, 6, 1)
 DAYS = [FIRST + dt.timedelta(days=n) for n in range(10)]

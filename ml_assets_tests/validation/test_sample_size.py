@@ -13,7 +13,7 @@ from ml_assets.validation.checks import volume_check
 from ml_assets.validation.drift import DAY, drift_check
 from ml_assets.validation.replay import replay
 from ml_assets.validation.stats import chi_square_p, pooled_counts, psi_of
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
 
 FLIGHTS_DAY = dt.date(2013, 3, 15)
 START, SHIFT = dt.date(2023, 1, 1), dt.date(2023, 9, 1)

@@ -7,7 +7,7 @@ from ml_assets.ingest.sources import read_day
 from ml_assets.spec import load_spec
 from ml_assets.validation.outcome import MAX_FAILING_ROWS
 from ml_assets.validation.schema_checks import KEYS, NULLS, RANGES, SCHEMA, schema_checks
-from ml_assets_tests.conftest import BUNDLED_SPEC
+from ml_assets_tests.helpers import BUNDLED_SPEC
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ from ml_assets.spec import SpecError, load_spec
 from ml_assets.validation.drift import drift_check
 from ml_assets.validation.replay import replay
 
+pytestmark = pytest.mark.slow
+
 BREAK = dt.date(2015, 6, 1)
 
 

@@ -19,22 +19,15 @@ from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
 from ml_assets.spec import ModelSpec, SpecError, parse_spec
 from ml_assets.validation.assets import build_validated_snapshot
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import flights_files
+from ml_assets_tests.helpers import flights_files, spec_data
 
 DAY = dt.date(2013, 6, 19)
 REPO = "flights-delay"
 i = pl.int_range(pl.len())
 
 
-def _spec(bundled: dict, checks: dict, **validation) -> dict:
-    data = copy.deepcopy(bundled)
-    data["validation"].update(checks=checks, **validation)
-    return data
-
-
 def test_a_warning_is_reported_and_main_still_advances(tmp_path, bundled_spec_dict):
-    data = _spec(bundled_spec_dict, {"ranges_and_categories": {"severity": "warn"}, "freshness": {"enabled": False}},
-                 quarantine={"max_fraction": 0.01})
+    data = spec_data(bundled_spec_dict, validation=dict(checks={"ranges_and_categories": {"severity": "warn"}, "freshness": {"enabled": False}}, quarantine={"max_fraction": 0.01}))
     data["source"] = flights_files(tmp_path / "data", [DAY])
     spec = ModelSpec.model_validate(data)
     path = tmp_path / "data" / "flights" / f"{DAY}.parquet"
@@ -72,8 +65,7 @@ def test_a_warning_is_reported_and_main_still_advances(tmp_path, bundled_spec_di
 
 def test_a_disabled_check_is_neither_run_nor_loaded(bundled_spec_dict):
     target = "no_such_package.checks:anything"
-    data = _spec(bundled_spec_dict, {"custom_anything": {"enabled": False}, "drift": {"enabled": False}},
-                 custom_checks=[target])
+    data = spec_data(bundled_spec_dict, validation=dict(checks={"custom_anything": {"enabled": False}, "drift": {"enabled": False}}, custom_checks=[target]))
     spec = ModelSpec.model_validate(data)
     snapshot = build_validated_snapshot(spec)  # a custom check that cannot be imported is not loaded while off
     assert {s.name for s in snapshot.check_specs} == {"schema", "nulls", "ranges_and_categories", "duplicate_keys",
@@ -90,7 +82,7 @@ def test_a_disabled_check_is_neither_run_nor_loaded(bundled_spec_dict):
 
 def test_check_settings_change_the_snapshot_code_version(bundled_spec_dict):
     key = ModelGraph(ModelSpec.model_validate(bundled_spec_dict)).key(Stage.VALIDATED_SNAPSHOT)
-    versions = {build_validated_snapshot(ModelSpec.model_validate(_spec(bundled_spec_dict, checks)))
+    versions = {build_validated_snapshot(ModelSpec.model_validate(spec_data(bundled_spec_dict, validation=dict(checks=checks))))
                 .code_versions_by_key[key] for checks in ({}, {"drift": {"severity": "warn"}},
                                                           {"drift": {"enabled": False}})}
     assert len(versions) == 3

@@ -3,7 +3,6 @@
 Runs the real raw_data and validated_snapshot assets on a temporary Dagster instance.
 """
 
-import copy
 import datetime as dt
 
 import dagster as dg
@@ -12,21 +11,13 @@ import pytest
 
 from ml_assets.ingest.assets import build_raw_data
 from ml_assets.resources import DagsterLinksResource, LocalVersionStoreResource
-from ml_assets.spec import ModelSpec
 from ml_assets.validation.assets import build_validated_snapshot
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.conftest import flights_files
+from ml_assets_tests.helpers import flights_files, model_spec, whole
 
 DAY = dt.date(2013, 6, 12)
 REPO = "flights-delay"
 REASON = "labels flipped on purpose by this test"
-
-
-def _spec(bundled: dict, source: dict, waivers: list) -> ModelSpec:
-    data = copy.deepcopy(bundled)
-    data["source"] = source
-    data["validation"]["waivers"] = waivers
-    return ModelSpec.model_validate(data)
 
 
 def _flip(frame: pl.DataFrame) -> pl.DataFrame:
@@ -35,10 +26,11 @@ def _flip(frame: pl.DataFrame) -> pl.DataFrame:
                               .cast(pl.Int64).alias("dep_delay"))
 
 
+@pytest.mark.slow
 def test_a_waived_check_passes_with_warn_severity_and_the_reason_reaches_main(tmp_path, bundled_spec_dict):
     days = [DAY - dt.timedelta(days=n) for n in range(8, -1, -1)]
     source = flights_files(tmp_path / "data", days)
-    spec = _spec(bundled_spec_dict, source, [{"day": DAY.isoformat(), "checks": ["drift"], "reason": REASON}])
+    spec = model_spec(bundled_spec_dict, source=whole(source), validation={"waivers": [{"day": DAY.isoformat(), "checks": ["drift"], "reason": REASON}]})
     assets = [build_raw_data(spec), build_validated_snapshot(spec)]
     resources = {"version_store": LocalVersionStoreResource(root=str(tmp_path / "versions")),
                  "links": DagsterLinksResource()}
@@ -84,16 +76,15 @@ def test_a_waived_check_passes_with_warn_severity_and_the_reason_reaches_main(tm
 ])
 def test_bad_waivers_are_refused_by_the_spec(bundled_spec_dict, waivers, words):
     with pytest.raises(ValueError, match=None) as info:
-        _spec(bundled_spec_dict, bundled_spec_dict["source"], waivers)
+        model_spec(bundled_spec_dict, source=whole(bundled_spec_dict["source"]), validation={"waivers": waivers})
     assert words in str(info.value)
 
 
 def test_waivers_do_not_change_the_snapshot_code_version(bundled_spec_dict):
     from ml_assets.pipeline.graph import ModelGraph, Stage
 
-    plain = _spec(bundled_spec_dict, bundled_spec_dict["source"], [])
-    waived = _spec(bundled_spec_dict, bundled_spec_dict["source"],
-                   [{"day": "2013-06-12", "checks": ["drift"], "reason": REASON}])
+    plain = model_spec(bundled_spec_dict, source=whole(bundled_spec_dict["source"]), validation={"waivers": []})
+    waived = model_spec(bundled_spec_dict, source=whole(bundled_spec_dict["source"]), validation={"waivers": [{"day": "2013-06-12", "checks": ["drift"], "reason": REASON}]})
     key = ModelGraph(plain).key(Stage.VALIDATED_SNAPSHOT)
     versions = [build_validated_snapshot(s).code_versions_by_key[key] for s in (plain, waived)]
     assert versions[0] == versions[1]

@@ -9,7 +9,7 @@ import pytest
 
 from ml_assets.settings import load_settings
 from ml_assets.versioning import LocalVersionStore, StoreBusy, merge_with_retry
-from ml_assets_tests.conftest import cli_env, write_spec
+from ml_assets_tests.helpers import cli_env, write_spec
 
 WRITER = textwrap.dedent('''
     import sys
@@ -36,6 +36,7 @@ OPENER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_eight_processes_opening_a_new_store_at_once_all_succeed(tmp_path):
     """Creating the store's tables is one locked step: a process never sees them half-made."""
     import time

