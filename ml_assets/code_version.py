@@ -14,7 +14,7 @@ import ast
 import functools
 import hashlib
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 
 from ml_assets.settings import PACKAGE_DIR
@@ -43,16 +43,13 @@ def _parsed(path: Path) -> tuple[bytes, ast.Module]:
     return data, ast.parse(data, filename=str(path))
 
 
-def _imported_names(tree: ast.Module, module: str, is_package: bool) -> Iterable[str]:
+def _imported_names(tree: ast.Module, module: str, is_package: bool) -> Iterator[str]:
     """Every module name an import statement in ``tree`` may load (``from a import b`` may be the
-    module ``a.b`` or a name in ``a``: both are returned), outside ``if TYPE_CHECKING:`` blocks."""
-    typing_only: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            typing_only.update(id(child) for stmt in node.body for child in ast.walk(stmt))
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    module ``a.b`` or a name in ``a``: both are returned), outside ``if TYPE_CHECKING:`` blocks.
+    Statements only are visited (an import is a statement), at any depth: in functions too."""
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -63,6 +60,11 @@ def _imported_names(tree: ast.Module, module: str, is_package: bool) -> Iterable
                 base = ".".join([*anchor, *([base] if base else [])])
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+        else:
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                todo.extend(getattr(node, name, ()))
 
 
 @functools.cache
