@@ -38,9 +38,12 @@ def module_file(name: str) -> Path | None:
 
 
 @functools.cache
-def _parsed(path: Path) -> tuple[bytes, ast.Module]:
+def _read(path: Path, module: str) -> tuple[str, tuple[str, ...]]:
+    """The file's sha256 and the names its import statements may load. The syntax tree is dropped
+    at once: kept for every module, it would cost memory and time at the process's exit."""
     data = path.read_bytes()
-    return data, ast.parse(data, filename=str(path))
+    names = _imported_names(ast.parse(data, filename=str(path)), module, path.name == "__init__.py")
+    return hashlib.sha256(data).hexdigest(), tuple(names)
 
 
 def _imported_names(tree: ast.Module, module: str, is_package: bool) -> Iterator[str]:
@@ -82,7 +85,7 @@ def imports_of(module: str) -> frozenset[str]:
     # The module's own parent packages ran before it did: not what it imports.
     own = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
     found = set()
-    for name in _imported_names(_parsed(path)[1], module, path.name == "__init__.py"):
+    for name in _read(path, module)[1]:
         parts = name.split(".")
         for i in range(1, len(parts) + 1):
             candidate = ".".join(parts[:i])
@@ -109,7 +112,7 @@ def _closure_digest(roots: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for module in closure(roots):
         digest.update(module.encode())
-        digest.update(_parsed(module_file(module))[0])
+        digest.update(_read(module_file(module), module)[0].encode())
     return digest.hexdigest()
 
 
