@@ -214,10 +214,6 @@ class Gate:
     reason: str
     clauses: tuple[Clause, ...] = ()
 
-    @property
-    def failed(self) -> tuple[Clause, ...]:
-        return tuple(c for c in self.clauses if not c.ok)
-
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "kind": self.kind, "reason": self.reason,
                 "clauses": [c.to_dict() for c in self.clauses]}
