@@ -11,6 +11,8 @@ import datetime as dt
 import functools
 import importlib
 import os
+import random
+import socket
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -54,6 +56,21 @@ def spec_data(data: Mapping[str, Any] | None = None, **sections: Any) -> dict:
 def model_spec(data: Mapping[str, Any] | None = None, **sections: Any) -> ModelSpec:
     """``spec_data(data, **sections)``, validated."""
     return ModelSpec.model_validate(spec_data(data, **sections))
+
+
+def listen_port() -> int:
+    """A free TCP port on loopback for a process that binds it later (a rendezvous, a server): drawn
+    below the kernel's ephemeral range, where no client connection or bind(0) of another test can
+    take it in the meantime."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 12_000), low), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def write_package(root: Path, name: str, **modules: str) -> Path:

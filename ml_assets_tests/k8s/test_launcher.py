@@ -12,9 +12,9 @@ import pytest
 
 from ml_assets.training.k8s_job import INDEX_ANNOTATION
 from ml_assets.training.k8s_launch import KubernetesTorchrunLauncher
-from ml_assets_tests.helpers import model_spec
+from ml_assets_tests.helpers import listen_port, model_spec
 from ml_assets_tests.k8s.apiserver import FakeApiServer
-from ml_assets_tests.trainer.toy import free_port, toy_data, write_config
+from ml_assets_tests.trainer.toy import toy_data, write_config
 
 pytestmark = pytest.mark.torchrun
 
@@ -40,7 +40,7 @@ def api(tmp_path, monkeypatch):
 
 
 def _train(api, tmp_path, epochs: int, during=None, before=None):
-    spec = model_spec(training=dict(nodes=2, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": free_port()}))
+    spec = model_spec(training=dict(nodes=2, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": listen_port()}))
     data = toy_data(tmp_path / "data")
     config = tmp_path / "train_config.json"
     output_dir = tmp_path / "run"
@@ -65,12 +65,14 @@ def _train(api, tmp_path, epochs: int, during=None, before=None):
     with dg.instance_for_test() as instance:
         result = dg.materialize([trained], instance=instance, raise_on_error=False)
         logs = [e.message for e in instance.all_logs(result.run_id) if e.message]
+    # What each pod printed, for a failure's message: the step's log shows only what pod 0 reported.
+    logs += [f"--- {log.name}:\n{log.read_text()[-3000:]}" for log in sorted(api.workdir.glob("*.log"))]
     return result, outcome["value"], output_dir, logs
 
 
 def test_the_launcher_trains_on_an_indexed_job_streams_pod_0_and_deletes_what_it_made(api, tmp_path):
     result, outcome, output_dir, logs = _train(api, tmp_path, epochs=2)
-    assert outcome.returncode == 0 and result.success, "\n".join(logs[-20:])
+    assert outcome.returncode == 0 and result.success, "\n".join(logs[-30:])
     meta = result.asset_materializations_for_node("trained")[0].metadata
     assert meta["world_size"].value == 2 and meta["stop_reason"].value == "2 epochs"
     # Created: a headless Service and an Indexed Job, both owned by the step pod; both deleted after.

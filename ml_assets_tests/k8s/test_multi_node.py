@@ -16,10 +16,10 @@ from dagster_k8s.pipes import PipesK8sPodLogsMessageReader
 from ml_assets.deploy.k8s.pods import TrainingDefaults
 from ml_assets.spec import ModelSpec
 from ml_assets.training.k8s_job import job_name, training_job_manifests
-from ml_assets_tests.helpers import cli_env, model_spec
+from ml_assets_tests.helpers import cli_env, listen_port, model_spec
 from ml_assets_tests.k8s.conftest import assert_restricted, validate
 from ml_assets_tests.k8s.kubelet import loopback_dns, pod_command, pod_env
-from ml_assets_tests.trainer.toy import free_port, toy_data, write_config
+from ml_assets_tests.trainer.toy import toy_data, write_config
 
 pytestmark = pytest.mark.torchrun
 
@@ -58,7 +58,7 @@ def test_the_indexed_job_and_its_service_validate_and_agree():
 
 
 def test_the_pods_command_trains_on_two_nodes_over_the_declared_rendezvous(tmp_path):
-    port = free_port()
+    port = listen_port()
     spec = model_spec(training=dict(nodes=NODES, processes_per_node=1, max_restarts=0, pod={"rendezvous_port": port}))
     data = toy_data(tmp_path / "data")
     config_path = tmp_path / "run" / "train_config.json"
