@@ -25,6 +25,7 @@ from ml_assets.trainer import code_pin
 PACKAGE = "ml_assets"
 
 
+@functools.cache
 def module_file(name: str) -> Path | None:
     """The source file of a module of this package (a package's ``__init__.py``), or None."""
     parts = name.split(".")
