@@ -59,7 +59,9 @@ def launch(context: dg.AssetExecutionContext, step: Step, launcher: TorchrunLaun
 
 
 def check_outcome(step: Step, outcome: TrainingOutcome, cfg: TrainConfig) -> None:
-    if outcome.preempted is not None:
+    # torchrun killed by a signal it cannot handle (the OOM killer, kill -9) is not a preemption,
+    # even when its orphaned ranks checkpointed and said "preempted" before exiting: it fails.
+    if outcome.preempted is not None and outcome.returncode >= 0:
         raise TrainingPreempted(
             f"{step.where}: training was stopped ({outcome.preempted.get('signal') or 'SIGTERM'}) and checkpointed "
             f"at step {outcome.preempted.get('step')}; the retry resumes from there")
@@ -69,8 +71,10 @@ def check_outcome(step: Step, outcome: TrainingOutcome, cfg: TrainConfig) -> Non
         raise step.failure(outcome.refused["message"])
     if outcome.returncode != 0 or outcome.result is None:
         if outcome.returncode < 0:  # torchrun itself was killed (the OOM killer, kill -9)
-            why = (f"torchrun was killed by {signal.Signals(-outcome.returncode).name}; its ranks checkpointed if "
-                   "they could and exited (docs/training.md), and running the partition again resumes")
+            saved = (f"its ranks checkpointed at step {outcome.preempted.get('step')} and exited"
+                     if outcome.preempted is not None else "its ranks checkpointed if they could and exited")
+            why = (f"torchrun was killed by {signal.Signals(-outcome.returncode).name}; {saved} (docs/training.md), "
+                   "and running the partition again resumes")
         else:
             why = (f"the trainer exited with code {outcome.returncode} (torchrun restarted crashed workers up to "
                    f"{step.spec.training.max_restarts} times); its log above says why")

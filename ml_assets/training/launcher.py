@@ -19,7 +19,6 @@ class TrainingPreempted(Exception):
 
 
 @dataclass
-
 class TrainingOutcome:
     returncode: int
     result: dg.MaterializeResult | None
@@ -45,7 +44,6 @@ class TrainingOutcome:
     @property
     def progress(self) -> list[dict]:
         return self._of_kind("progress")
-
 
 
 class TorchrunLauncher(dg.ConfigurableResource):
