@@ -185,16 +185,24 @@ def load_project_specs(defs_dir: Path) -> list[ModelSpec]:
     return sorted((load_component_spec(p) for p in files), key=lambda spec: spec.name)
 
 
+def check_team(spec: ModelSpec, settings: Settings) -> ModelSpec:
+    """``spec``, if its team is one the deployment serves (ML_ASSETS_TEAMS; any when unset)."""
+    if settings.teams and spec.team not in settings.teams:
+        raise SpecError(f"model {spec.name!r}: team: {spec.team!r} is not a team of this deployment; "
+                        f"ML_ASSETS_TEAMS allows {', '.join(settings.teams)}")
+    return spec
+
+
 def load_declared_specs(settings: Settings) -> list[ModelSpec]:
     """Every model the settings point at: ML_ASSETS_MODELS_DIR, else the project's components (this
     checkout's project: the bundled models)."""
     if settings.models_dirs:
-        return load_all_model_specs(settings.models_dirs)
+        return [check_team(spec, settings) for spec in load_all_model_specs(settings.models_dirs)]
     if settings.project is not None:
         specs = load_project_specs(settings.project.defs_dir)
         if specs:
             check_rivals(specs)
-            return specs
+            return [check_team(spec, settings) for spec in specs]
         raise SpecError(f"{settings.project.defs_dir}: {NO_MODELS}")
     raise SpecError(NO_MODELS)
 
@@ -202,7 +210,7 @@ def load_declared_specs(settings: Settings) -> list[ModelSpec]:
 def load_declared_spec(settings: Settings, name: str) -> ModelSpec:
     """Model ``name``'s spec, wherever the settings say models are declared."""
     if settings.models_dirs:
-        return load_model_spec(settings.models_dirs, name)
+        return check_team(load_model_spec(settings.models_dirs, name), settings)
     if settings.project is None:
         raise SpecError(NO_MODELS)
     files = [p for p in model_component_files(settings.project.defs_dir) if p.parent.name == name]
@@ -212,4 +220,4 @@ def load_declared_spec(settings: Settings, name: str) -> ModelSpec:
                         f"(declared: {', '.join(declared) or 'none'})")
     if len(files) > 1:
         raise SpecError(f"{files[1]}: name: model {name!r} is also declared by {files[0]}; keep one of them")
-    return load_component_spec(files[0])
+    return check_team(load_component_spec(files[0]), settings)

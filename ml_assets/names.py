@@ -8,6 +8,7 @@ import re
 MODEL_NAME = re.compile(r"^[a-z][a-z0-9_]{1,62}$")
 # lakeFS branch ids: a word character first, then word characters and dashes.
 BRANCH_NAME = re.compile(r"^\w[-\w]{0,254}$", re.ASCII)
+TEAM_NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
 REPO_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
 OBJECT_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 
@@ -22,6 +23,16 @@ def check_model_name(name: str) -> str:
             f"model name {name!r} is invalid: use 2-63 characters, lowercase letters, digits and "
             "underscores, starting with a letter (it becomes an asset key prefix, a group name, "
             "a version-store repository and a registry name)"
+        )
+    return name
+
+
+def check_team_name(name: str) -> str:
+    if not isinstance(name, str) or not TEAM_NAME.match(name):
+        raise InvalidName(
+            f"team name {name!r} is invalid: use 2-63 characters, lowercase letters, digits and '-', "
+            "starting with a letter (it becomes a run tag the queue limits, an MLflow tag and a "
+            "storage prefix)"
         )
     return name
 

@@ -161,8 +161,10 @@ def model_definitions(spec, settings: Settings) -> dg.Definitions:
     and sensors, with the platform's resources. What a model component brings to its project, and
     what the CLI runs a model's jobs with."""
     from ml_assets.ingest import sources
+    from ml_assets.model_files import check_team
     from ml_assets.pipeline.model import build_model_defs
 
+    check_team(spec, settings)
     sources.use_cache(settings.home / "cache")
     model = build_model_defs(spec, executor=model_executor(settings, spec))
     return dg.Definitions.merge(model, dg.Definitions(resources=shared_resources(settings)))

@@ -42,6 +42,8 @@ Inside a Dagster project (ml_assets.project), the variables may also be set in t
   for one trial worker); ``postgresql+psycopg://user:password@host/db`` for several workers.
 - ``ML_ASSETS_DAGSTER_URL``: the Dagster UI's address, for run links in commit metadata and
   MLflow tags (default ``http://127.0.0.1:3000``, where ``make dev`` serves it).
+- ``ML_ASSETS_TEAMS``: the teams this deployment serves, comma-separated (``fraud,search``): a spec
+  naming another team is refused when definitions load. Unset: any valid team name.
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ class Settings:
     checkpoints_url: str | None = None
     objects_url: str | None = None
     executor: str = "in_process"
+    teams: tuple[str, ...] = ()
+    """The teams this deployment knows (ML_ASSETS_TEAMS); empty: any valid team name."""
     max_concurrent_steps: int = 4
     alert_interval_seconds: int = 30
     # Kubernetes: defaults for the training pods from the chart's values, the other steps' resources.
@@ -200,6 +204,7 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
     executor = env.get("ML_ASSETS_EXECUTOR", "in_process").strip() or "in_process"
     if executor not in EXECUTORS:
         raise SettingsError(f"ML_ASSETS_EXECUTOR={executor!r} is not one of {list(EXECUTORS)}")
+    teams = _teams(env.get("ML_ASSETS_TEAMS", ""))
     counts = {}
     for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):
         value = env.get(name, default).strip() or default
@@ -208,7 +213,8 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
         counts[name] = int(value)
     if environment == "local":
         return Settings(environment=environment, home=home, models_dirs=models_dirs, project=project,
-                        version_store=version_store, executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
+                        version_store=version_store, executor=executor, teams=teams,
+                        max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"])
     required = PRODUCTION_REQUIRED + (K8S_REQUIRED if environment == "k8s" else ())
     missing = [name for name in required if not env.get(name, "").strip()]
     if missing:
@@ -230,10 +236,22 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
                     version_store=version_store, tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
                     objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,
-                    executor=executor, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
+                    executor=executor, teams=teams, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
                     alert_interval_seconds=counts["ML_ASSETS_ALERT_INTERVAL_SECONDS"],
                     k8s_training_defaults=_json_object(env, "ML_ASSETS_K8S_TRAINING_DEFAULTS"),
                     k8s_step_resources=_json_object(env, "ML_ASSETS_K8S_STEP_RESOURCES"))
+
+
+def _teams(value: str) -> tuple[str, ...]:
+    from ml_assets.names import InvalidName, check_team_name
+
+    teams = tuple(t.strip() for t in value.split(",") if t.strip())
+    for team in teams:
+        try:
+            check_team_name(team)
+        except InvalidName as exc:
+            raise SettingsError(f"ML_ASSETS_TEAMS: {exc}") from None
+    return teams
 
 
 def _json_object(env, name: str) -> dict | None:

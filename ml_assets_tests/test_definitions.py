@@ -127,3 +127,19 @@ def test_unsupported_environment_is_refused():
     with pytest.raises(ValueError, match=r"ML_ASSETS_ENV='kubernetes' is not supported; expected one of \['local', 'production', 'k8s'\]"):
         load_settings({"ML_ASSETS_ENV": "kubernetes"})
 
+
+
+def test_runs_carry_the_team_and_priority_and_a_team_the_deployment_does_not_serve_is_refused(tmp_path, spec_dict):
+    write_spec(tmp_path / "models", {**spec_dict, "team": "fraud", "priority": "high"})
+    env = {"ML_ASSETS_HOME": str(tmp_path), "ML_ASSETS_MODELS_DIR": str(tmp_path / "models")}
+    defs = build_definitions(load_settings({**env, "ML_ASSETS_TEAMS": "fraud,search"}))
+    daily = defs.resolve_job_def("flights_delay_daily")
+    assert daily.tags["ml_assets/team"] == daily.tags["ml_assets/training_team"] == "fraud"
+    assert daily.tags["dagster/priority"] == "10"
+    for job in ("flights_delay_ingest", "flights_delay_promote", "flights_delay_tune"):
+        assert defs.resolve_job_def(job).tags["ml_assets/team"] == "fraud"
+    with pytest.raises(SpecError, match="team: 'fraud' is not a team of this deployment; ML_ASSETS_TEAMS allows "
+                                        "search, ranking"):
+        build_definitions(load_settings({**env, "ML_ASSETS_TEAMS": "search,ranking"}))
+    with pytest.raises(Exception, match="ML_ASSETS_TEAMS: team name 'Search' is invalid"):
+        load_settings({**env, "ML_ASSETS_TEAMS": "Search"})

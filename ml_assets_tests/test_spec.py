@@ -30,6 +30,8 @@ def _error(path: Path) -> str:
         (lambda d: d["training"].update(epochs=0), "training.epochs", "greater than 0"),
         (lambda d: d["training"].update(learning_rate="fast"), "training.learning_rate", "valid number"),
         (lambda d: d["training"].update(colour="red"), "training.colour", "Extra inputs are not permitted"),
+        (lambda d: d.update(team="Fraud Team"), "team", "team name 'Fraud Team' is invalid"),
+        (lambda d: d.update(priority="asap"), "priority", "'low', 'normal', 'high' or 'urgent'"),
         (lambda d: d.pop("target"), "target", "Field required"),
         (lambda d: d["target"].update(task="ranking"), "target.task", "binary_classification"),
         (lambda d: d["target"].update(expression="dep_delay >="), "target.expression", "does not parse"),

@@ -6,16 +6,21 @@ from ml_assets.pipeline.graph import ModelGraph
 from ml_assets.records.runs import RetrainTags
 from ml_assets.spec import ModelSpec
 
-# Run tags the production instance's queue acts on (ml_assets/instance/production.yaml): runs that
-# train carry their team in TRAINING_TEAM_TAG, limited per team, so teams share the GPUs fairly.
+# Run tags the production instance's queue acts on (ml_assets/instance/production.yaml): every run
+# carries its model's team (TEAM_TAG) and priority (PRIORITY_TAG, Dagster's own: a higher value is
+# dequeued first); runs that train carry their team in TRAINING_TEAM_TAG too, limited per team, so
+# one team's backfill cannot take every training slot.
+TEAM_TAG = "ml_assets/team"
 TRAINING_TEAM_TAG = "ml_assets/training_team"
+PRIORITY_TAG = "dagster/priority"
+PRIORITIES = {"low": -10, "normal": 0, "high": 10, "urgent": 20}
 MAX_RUNTIME_TAG = "dagster/max_runtime"  # seconds; run monitoring cancels and fails a longer run
 
 
 def job_tags(spec: ModelSpec, trains: bool) -> dict[str, str]:
-    tags = {"ml_assets/model": spec.name, "team": spec.owner}
+    tags = {"ml_assets/model": spec.name, TEAM_TAG: spec.team, PRIORITY_TAG: str(PRIORITIES[spec.priority])}
     if trains:
-        tags[TRAINING_TEAM_TAG] = spec.owner
+        tags[TRAINING_TEAM_TAG] = spec.team
         tags[MAX_RUNTIME_TAG] = str(spec.training.max_runtime_minutes * 60)
     return tags
 

@@ -2,6 +2,7 @@ import dagster as dg
 
 from ml_assets.code_version import code_version
 from ml_assets.pipeline.graph import ModelGraph, Stage
+from ml_assets.pipeline.jobs import job_tags
 from ml_assets.promotion.config import PromotionConfig, promotion_run_config
 from ml_assets.promotion.record import PromotionRecord
 from ml_assets.registry.record import VersionTags
@@ -79,7 +80,7 @@ def build_promotion_job(spec: ModelSpec, production_model: dg.AssetsDefinition,
         name=ModelGraph(spec).promote_job,
         selection=dg.AssetSelection.assets(production_model),
         description=f"Move {spec.name}'s @champion (promote or roll back) and record why.",
-        tags={"ml_assets/model": spec.name, "team": spec.owner},
+        tags=job_tags(spec, trains=False),
         executor_def=executor_def,
     )
 

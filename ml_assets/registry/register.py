@@ -71,7 +71,7 @@ def register(step: Step, ckpt: CheckpointRecord, evaluation: EvaluationRecord, t
              log) -> RegisteredRecord:
     spec, client, sha = step.spec, tracking.client(), ckpt.result.checkpoint_sha256
     experiment_id = tracking.experiment_id(spec.name)
-    ensure_registered_model(client, spec.name, spec.description, spec.owner)
+    ensure_registered_model(client, spec.name, spec.description, spec.owner, spec.team)
     tags, gate = version_tags(step, ckpt, evaluation).to_tags(), gate_tags(evaluation).to_tags()
     run_id = training_run(client, experiment_id, f"{spec.name}-{step.partition}", sha,
                           {**tags, "dagster/partition": step.partition})

@@ -45,13 +45,13 @@ def training_run(client: MlflowClient, experiment_id: str, run_name: str, checkp
     return keyed_run(client, experiment_id, "checkpoint_sha256", checkpoint_sha, run_name, tags)
 
 
-def ensure_registered_model(client: MlflowClient, name: str, description: str, owner: str) -> None:
+def ensure_registered_model(client: MlflowClient, name: str, description: str, owner: str, team: str) -> None:
     from mlflow.exceptions import MlflowException
 
     if client.search_registered_models(filter_string=f"name='{name}'"):
         return
     try:
-        client.create_registered_model(name, description=description, tags={"owner": owner})
+        client.create_registered_model(name, description=description, tags={"owner": owner, "team": team})
     except MlflowException:  # created by a concurrent run in between
         if not client.search_registered_models(filter_string=f"name='{name}'"):
             raise

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
+from ml_assets.names import InvalidName, check_team_name
 from ml_assets.spec.base import StrictModel, model_name
 from ml_assets.spec.card import CardSpec
 from ml_assets.spec.data_schema import TIMESTAMP_DTYPES, DataSchema
@@ -27,7 +29,14 @@ from ml_assets.spec.validation import ValidationSpec
 class ModelSpec(StrictModel):
     name: str
     description: str = ""
-    owner: str = "unowned"
+    owner: str = Field(default="unowned", description="who answers for the model (a person or a list); "
+                       "shown on its model card")
+    team: str = Field(default="default", description="the team the model belongs to: its runs carry it, the "
+                      "queue limits runs per team, usage is added up per team; a deployment that sets "
+                      "ML_ASSETS_TEAMS allows only those")
+    priority: Literal["low", "normal", "high", "urgent"] = Field(
+        default="normal", description="the queue's order for this model's runs (dagster/priority "
+        "-10, 0, 10, 20): a higher priority is dequeued first")
     source: SourceSpec
     data_schema: DataSchema = Field(alias="schema")
     partitioning: PartitioningSpec
@@ -52,6 +61,14 @@ class ModelSpec(StrictModel):
     @classmethod
     def _name(cls, value: str) -> str:
         return model_name(value)
+
+    @field_validator("team")
+    @classmethod
+    def _team(cls, value: str) -> str:
+        try:
+            return check_team_name(value)
+        except InvalidName as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _monitored_metrics(self) -> ModelSpec:

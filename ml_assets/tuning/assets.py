@@ -70,7 +70,7 @@ def build_tuning_job(spec: ModelSpec, asset: dg.AssetsDefinition,
                      executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     return dg.define_asset_job(name=ModelGraph(spec).tune_job, selection=dg.AssetSelection.assets(asset),
                                description=f"Run (or continue) {spec.name}'s hyperparameter study.",
-                               tags={**job_tags(spec, trains=False), TRAINING_TEAM_TAG: spec.owner},
+                               tags={**job_tags(spec, trains=False), TRAINING_TEAM_TAG: spec.team},
                                executor_def=executor_def)
 
 
