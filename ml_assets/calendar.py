@@ -12,6 +12,7 @@ class CalendarError(ValueError):
     pass
 
 
+@functools.cache  # the same few calendars, checked for every spec that loads
 def supported(country: str, subdivision: str | None = None) -> None:
     """Raise CalendarError unless ``holidays`` has a calendar for the country (and subdivision)."""
     countries = holidays.list_supported_countries()

@@ -143,3 +143,25 @@ def test_runs_carry_the_team_and_priority_and_a_team_the_deployment_does_not_ser
         build_definitions(load_settings({**env, "ML_ASSETS_TEAMS": "search,ranking"}))
     with pytest.raises(Exception, match="ML_ASSETS_TEAMS: team name 'Search' is invalid"):
         load_settings({**env, "ML_ASSETS_TEAMS": "Search"})
+
+
+def test_the_daily_schedules_request_the_day_that_just_ended_in_the_models_timezone():
+    import datetime as dt
+    import zoneinfo
+
+    defs = _defs()
+    repository = defs.get_repository_def()
+    new_york = zoneinfo.ZoneInfo("America/New_York")
+    for name, hour, tags in (("flights_delay_daily_schedule", 2, {"ml_assets/retrain": "schedule"}),
+                             ("flights_delay_score_schedule", 1, {})):
+        schedule = defs.resolve_schedule_def(name)
+        assert schedule.cron_schedule == f"0 {hour} * * *" and schedule.execution_timezone == "America/New_York"
+        assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+        tick = dt.datetime(2013, 3, 5, hour, tzinfo=new_york)
+        with dg.build_schedule_context(scheduled_execution_time=tick, repository_def=repository) as context:
+            request = schedule.evaluate_tick(context).run_requests[0]
+        assert request.partition_key == "2013-03-04"
+        assert {k: request.tags[k] for k in tags} == tags
+        first = dt.datetime(2013, 1, 1, hour, tzinfo=new_york)
+        with dg.build_schedule_context(scheduled_execution_time=first, repository_def=repository) as ctx:
+            assert schedule.evaluate_tick(ctx).run_requests == []  # the first day is not over yet

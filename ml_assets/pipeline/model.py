@@ -61,8 +61,8 @@ def build_model_defs(spec: ModelSpec, executor: dg.ExecutorDefinition | None = N
     score = build_scoring_job(spec, [predictions, monitor], executor)
     return dg.Definitions(assets=[*assets, production, tuning, predictions, monitor],
                           jobs=[job, ingest, promote, tune, score],
-                          schedules=[*([build_daily_schedule(job)] if spec.retrain.scheduled else []),
-                                     build_tuning_schedule(tune), build_scoring_schedule(score)],
+                          schedules=[*([build_daily_schedule(spec, job)] if spec.retrain.scheduled else []),
+                                     build_tuning_schedule(tune), build_scoring_schedule(spec, score)],
                           sensors=[build_promotion_sensor(spec, promote),
                                    *([build_arrival_sensor(spec, ingest)] if watched(spec) else []),
                                    *([build_retrain_sensor(spec, job)] if spec.retrain.on_degradation else [])])

@@ -6,7 +6,7 @@ import dagster as dg
 
 from ml_assets.code_version import code_version
 from ml_assets.pipeline.graph import ModelGraph, Stage, daily_partitions
-from ml_assets.pipeline.jobs import job_tags
+from ml_assets.pipeline.jobs import daily_schedule, job_tags
 from ml_assets.records.read import latest
 from ml_assets.resources import ArtifactStoreResource, MlflowTrackingResource, VersionStoreResource
 from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
@@ -115,6 +115,6 @@ def build_scoring_job(spec: ModelSpec, assets: list[dg.AssetsDefinition],
     )
 
 
-def build_scoring_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
+def build_scoring_schedule(spec: ModelSpec, job: dg.JobDefinition) -> dg.ScheduleDefinition:
     # Stopped by default, like daily training: scoring starts when a team turns it on.
-    return dg.build_schedule_from_partitioned_job(job, hour_of_day=1, default_status=dg.DefaultScheduleStatus.STOPPED)
+    return daily_schedule(spec, job, hour=1)

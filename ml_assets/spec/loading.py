@@ -11,6 +11,8 @@ from ml_assets.spec.architecture import resolve_code_path
 from ml_assets.spec.model import ModelSpec
 from ml_assets.spec.source import resolve_source_paths
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class SpecError(ValueError):
     """A model spec that cannot be used; the message names the file, the field and the problem."""
@@ -29,7 +31,9 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
 def read_yaml(text: str, path: Path) -> object:
     """The YAML document in ``text``; a SpecError naming ``path`` and the line when it is not YAML."""
     try:
-        return yaml.safe_load(text)
+        # libyaml's loader (in PyYAML's wheels): the pure-Python one took ~40% of building a code
+        # location of 100 models. Same documents, same errors with their line and column.
+        return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

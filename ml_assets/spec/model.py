@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
 from ml_assets.names import InvalidName, check_team_name
+from ml_assets.spec.architecture import ArchitectureSpec, factory_default_space, move_legacy
 from ml_assets.spec.base import StrictModel, model_name
 from ml_assets.spec.card import CardSpec
 from ml_assets.spec.data_schema import TIMESTAMP_DTYPES, DataSchema
@@ -165,18 +166,29 @@ class ModelSpec(StrictModel):
 
         return repo_for_model(self.name)
 
+    @functools.cached_property
+    def _as_json(self) -> dict:
+        # Dumped once: every stage's code version fingerprints some of the sections.
+        return self.model_dump(mode="json", by_alias=True)
+
     def fingerprint(self, *sections: str) -> str:
         """A stable hash of the whole spec or of some of its sections (for code versions)."""
-        data = self.model_dump(mode="json", by_alias=True)
+        data = dict(self._as_json)
         if sections:
             data = {s: data[s] for s in sections}
             # A waiver concerns its own day: it does not change how any other partition is judged.
-            data.get("validation", {}).pop("waivers", None)
+            _drop(data, "validation", "waivers")
             # Where the training pods are scheduled does not change what they learn.
-            data.get("training", {}).pop("pod", None)
+            _drop(data, "training", "pod")
         # Where the factory's code lies is not what it is: its content is pinned by sha256 instead.
-        data.get("model", {}).pop("code_path", None)
+        _drop(data, "model", "code_path")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _drop(data: dict, section: str, key: str) -> None:
+    """``data`` without ``section.key``, leaving the cached dump it was copied from whole."""
+    if isinstance(data.get(section), dict) and key in data[section]:
+        data[section] = {k: v for k, v in data[section].items() if k != key}
 
 
 def _check_seasonal(spec: ModelSpec) -> None:
