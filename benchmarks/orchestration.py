@@ -294,9 +294,12 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
            "ML_ASSETS_DAGSTER_POSTGRES_URL": dagster_url, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}",
            "ML_ASSETS_ARTIFACTS_URL": (root / "artifacts").as_uri(),
            "ML_ASSETS_CHECKPOINTS_URL": (root / "checkpoints" / "setup").as_uri(),
-           "ML_ASSETS_HOME": str(root / "home"), "ML_ASSETS_MODELS_DIR": str(models)}
+           "ML_ASSETS_HOME": str(root / "home"), "ML_ASSETS_MODELS_DIR": str(models),
+           # Production's MLflow authentication: the runs speak as the platform's identity.
+           "MLFLOW_TRACKING_USERNAME": "ml-platform", "MLFLOW_TRACKING_PASSWORD": uuid.uuid4().hex}
+    admin = {"MLFLOW_AUTH_ADMIN_PASSWORD": uuid.uuid4().hex, "MLFLOW_FLASK_SERVER_SECRET_KEY": uuid.uuid4().hex}
     servers = [subprocess.Popen([str(VENV_BIN / "ml-assets"), "mlflow-server", "--port", str(port), "--workers", "1"],
-                                env={**env, "MLFLOW_BACKEND_STORE_URI": mlflow_url,
+                                env={**env, **admin, "MLFLOW_BACKEND_STORE_URI": mlflow_url,
                                      "MLFLOW_ARTIFACTS_DESTINATION": (root / "mlflow-artifacts").as_uri()},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
     try:
@@ -306,6 +309,8 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
             servers.append(subprocess.Popen([str(VENV_BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env=env,
                                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_http(f"http://127.0.0.1:{port}/health", 120)
+        subprocess.run([str(VENV_BIN / "ml-assets"), "mlflow-users", "create-platform"], env={**env, **admin},
+                       cwd=REPO, check=True, capture_output=True)
         print(f"graph: {MODEL}_daily for {GRAPH_DAY} in production mode ({spec.training.window_days}-day window, "
               f"{spec.training.epochs} epochs); ingesting the window", flush=True)
         with environment(env), dg.DagsterInstance.get() as instance:

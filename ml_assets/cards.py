@@ -47,7 +47,7 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
     return {
         "model": spec.name, "version": str(mv.version), "aliases": sorted(getattr(mv, "aliases", []) or []),
         "is_champion": champion is not None and str(champion.version) == str(mv.version),
-        "description": spec.description, "owner": spec.owner,
+        "description": spec.description, "owner": spec.owner, "team": spec.team,
         "card": spec.card.model_dump(mode="json"), "task": spec.target.task,
         "target": {"name": spec.target.name, "expression": spec.target.expression, "classes": spec.target.classes},
         "architecture": tags.model_factory or spec.model.family_name,
@@ -108,7 +108,7 @@ def render_markdown(card: dict[str, Any]) -> str:
     aliases = ", ".join(f"@{a}" for a in card["aliases"]) or "no alias"
     status = "in production (@champion)" if card["is_champion"] else aliases
     out = [f"# Model card: {card['model']} version {card['version']}", "",
-           f"**Status**: {status}. **Owner**: {card['owner']}. **Trained for** partition {card['partition']}.", "",
+           f"**Status**: {status}. **Owner**: {card['owner']} (team {card['team']}). **Trained for** partition {card['partition']}.", "",
            "## Intended use", "", card["card"]["intended_use"] or card["description"] or "(the spec says nothing)"]
     if card["card"]["out_of_scope"]:
         out += ["", "Not for:", *[f"- {x}" for x in card["card"]["out_of_scope"]]]

@@ -12,9 +12,14 @@
     ml-assets card MODEL [--version N] [--format md|html] [--output FILE]
                                                                 the version's model card, from its records
     ml-assets reproduce MODEL --version N [--registered-code]    retrain from the records; compare weights
+    ml-assets usage [--team T] [--model M] [--since DAY] [--format table|json]
+                                                                what each team spent: trainings, trials, scoring
     ml-assets paths                                             where the local home keeps everything
     ml-assets schema [--output DIR]                             the spec's JSON schemas, for editors
     ml-assets instance [--production] [--force]                 the package's dagster.yaml into DAGSTER_HOME
+    ml-assets mlflow-server [--host H] [--port P]               the production MLflow server, with authentication
+    ml-assets mlflow-users create-platform | create-user NAME | grant-platform
+                                                                its identities, as its admin (docs/deployment.md)
 
 Inside a Dagster project (a pyproject.toml with [tool.dg]), MODEL is one of its model components and
 the home is the project's; ML_ASSETS_MODELS_DIR names a directory of specs instead.
@@ -32,9 +37,11 @@ from pathlib import Path
 
 from ml_assets import cli_project
 from ml_assets.cli_project import refuse
+from ml_assets.deploy import mlflow_users
 from ml_assets.project import ProjectError
 from ml_assets.runs import prepare_home
 from ml_assets.settings import Settings, SettingsError, load_settings
+from ml_assets.usage import command as usage_command
 
 
 def version_store(settings: Settings):
@@ -165,8 +172,15 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
         spec = load_declared_spec(settings, check_model_name(model))
         if not reason.strip():
             raise ValueError("--reason must say why (it goes into the audit record)")
+        client = _client(settings)
         if version is not None:
-            registry.get_version(_client(settings), model, version)
+            registry.get_version(client, model, version)
+        # Before the run: an identity MLflow does not let move @champion is told so in one message,
+        # and no Dagster run, pending record or log line is written for it.
+        registry.check_can_set_alias(client, model, registry.CHAMPION)
+    except registry.PermissionDenied as exc:
+        print(f"ml-assets {command}: {exc}", file=sys.stderr)
+        return 1
     except (InvalidName, SpecError, registry.RegistryError, ValueError) as exc:
         return refuse(command, str(exc).splitlines()[0])
     prepare_home(settings)
@@ -309,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
     rep.add_argument("--registered-code", action="store_true",
                      help="a model factory's code: the copy registered with the version, not its recorded directory")
+    usage_command.add_parser(sub)
     cli_project.add_parsers(sub)
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
     server.add_argument("--host", default="127.0.0.1")
@@ -316,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     server.add_argument("--workers", type=int, default=2)
     server.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts",
                         help="another host:port clients reach the server by (repeatable)")
+    mlflow_users.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         _dispatch(args)
@@ -329,6 +345,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         from ml_assets.deploy.services import run_mlflow_server
 
         sys.exit(run_mlflow_server(args.host, args.port, args.workers, args.allowed_hosts))
+    if args.command == "mlflow-users":
+        sys.exit(mlflow_users.run(args.action, args.name))
     if args.command in ("promote", "rollback"):
         sys.exit(move_champion(args.command, args.model, getattr(args, "version", None), args.reason))
     if args.command == "audit":
@@ -343,6 +361,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         from ml_assets.demo import demo
 
         sys.exit(demo(args.model, args.day))
+    if args.command == "usage":
+        sys.exit(usage_command.usage(args.team, args.model, args.since, args.format))
     if args.command == "lineage":
         sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json, args.predictions))
     sys.exit(cli_project.dispatch(args))

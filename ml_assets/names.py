@@ -11,6 +11,8 @@ BRANCH_NAME = re.compile(r"^\w[-\w]{0,254}$", re.ASCII)
 TEAM_NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
 REPO_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{2,62}$")
 OBJECT_PATH = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
+# MLflow user names: HTTP basic auth splits at the first ":", and a name goes into URLs and logs.
+MLFLOW_USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{1,63}")
 
 
 class InvalidName(ValueError):
@@ -33,6 +35,16 @@ def check_team_name(name: str) -> str:
             f"team name {name!r} is invalid: use 2-63 characters, lowercase letters, digits and '-', "
             "starting with a letter (it becomes a run tag the queue limits, an MLflow tag and a "
             "storage prefix)"
+        )
+    return name
+
+
+def check_mlflow_user_name(name: str) -> str:
+    if not isinstance(name, str) or not MLFLOW_USER_NAME.fullmatch(name):  # "$" would let "name\n" through
+        raise InvalidName(
+            f"MLflow user name {name!r} is invalid: use 2-64 characters, letters, digits, '.', '_', '@' "
+            "and '-', starting with a letter or digit (no ':', no spaces: it is half of an HTTP basic-auth "
+            "credential)"
         )
     return name
 

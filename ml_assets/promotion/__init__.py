@@ -11,6 +11,10 @@ version is tagged, and the pending tag is removed. A run that dies anywhere in b
 pending tag, and the next promotion run (a re-tick, a retry, any CLI call) finishes that record
 before doing anything else: one alias, one record, whatever the crash point.
 
+Who. Only an identity MLflow lets set the alias moves it (the platform's, docs/deployment.md "Who
+can do what"); any other is refused with MLflow's 403 before the pending tag, so a refused move
+writes nothing.
+
 - ``assets``: the production_model asset, its job and sensor; ``config``: the job's config;
   ``moves``: the work; ``record``: PromotionRecord;
 - spec section: ``promotion`` (ml_assets.spec.promotion), shared with the evaluation's gate.

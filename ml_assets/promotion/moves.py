@@ -125,18 +125,24 @@ def execute(client: MlflowClient, store: VersionStore, spec: ModelSpec, req: Req
 
     Returns the record in effect and what happened: "done", "resumed" (a pending record was
     finished and it was this request) or "unchanged" (already in effect; nothing new written).
+    An identity MLflow does not let move the alias gets registry.PermissionDenied before anything
+    is written.
     """
+    registry.check_can_set_alias(client, spec.name, registry.CHAMPION)
+    operation = f"set alias {registry.CHAMPION}"
     left = pending(client, spec.name)
     if left is not None:
-        _apply(client, store, left)
+        with registry.refused_as(spec.name, operation):
+            _apply(client, store, left)
         if left["action"] == req.action and (req.action == "rollback" or left["version"] == str(req.version)):
             return left, "resumed"
     record = plan(client, store, spec, req)
     if record is None:
         last = [r for r in history(store, spec.name) if r["version"] == str(req.version)]
         return (last[-1] if last else {"model": spec.name, "version": str(req.version)}), "unchanged"
-    client.set_registered_model_tag(spec.name, *pending_tag(record))
-    _apply(client, store, record)
+    with registry.refused_as(spec.name, operation):
+        client.set_registered_model_tag(spec.name, *pending_tag(record))
+        _apply(client, store, record)
     return record, "done"
 
 

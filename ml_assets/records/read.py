@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TypeVar
 
 import dagster as dg
@@ -48,3 +49,17 @@ def upstream(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str
             f"{name} has no materialization for partition {partition}. Materialize it first: "
             f"dg launch --assets '{name}' --partition {partition}" + instance_hint(context.instance)))
     return found
+
+
+def every_event(instance: dg.DagsterInstance, key: dg.AssetKey, after_timestamp: float | None = None,
+                page: int = 500) -> Iterator[dg.EventLogRecord]:
+    """Every materialization of ``key``, newest first (those after ``after_timestamp`` when given),
+    read a page at a time."""
+    cursor = None
+    while True:
+        found = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, after_timestamp=after_timestamp), limit=page, cursor=cursor)
+        yield from (r for r in found.records if r.asset_materialization is not None)
+        if not found.has_more:
+            return
+        cursor = found.cursor

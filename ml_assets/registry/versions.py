@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ from ml_assets.registry.record import VersionTags
 
 if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     from ml_assets.trainer.checkpoint import LoadedCheckpoint
@@ -24,7 +27,69 @@ CHAMPION = "champion"
 
 
 class RegistryError(Exception):
-    """A model, version or alias that does not exist, or model files that do not match their record."""
+    """A model, version or alias that does not exist, model files that do not match their record, or
+    an operation MLflow refused to this identity."""
+
+
+class PermissionDenied(RegistryError):
+    """MLflow's authentication refused an operation on a registered model (HTTP 403, or 401 for
+    credentials it does not accept); the message names the model, the operation and the user."""
+
+    def __init__(self, model: str, operation: str, user: str | None, status: int, hint: str = "") -> None:
+        self.model, self.operation, self.user, self.status = model, operation, user, status
+        who = f"MLflow user {user!r}" if user else "this client (MLFLOW_TRACKING_USERNAME is not set)"
+        if status == 401:
+            why = (f"not authenticated (HTTP 401): MLflow does not accept the credentials of {who}; "
+                   "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+        else:
+            why = f"permission denied (HTTP 403) for {who}" + (f": {hint}" if hint else "")
+        super().__init__(f"model {model!r}: {operation}: {why}")
+
+
+PLATFORM_ONLY = ("only the platform's identity registers versions and moves @champion and @challenger "
+                 "(docs/deployment.md, \"Who can do what\")")
+
+
+def refusal(exc: MlflowException, model: str, operation: str, hint: str = "") -> PermissionDenied | None:
+    """``exc`` as PermissionDenied when it is MLflow's 401 or 403, else None."""
+    from mlflow.environment_variables import MLFLOW_TRACKING_USERNAME
+
+    status = exc.get_http_status_code()
+    if status not in (401, 403):
+        return None
+    return PermissionDenied(model, operation, MLFLOW_TRACKING_USERNAME.get(), status, hint)
+
+
+@contextmanager
+def refused_as(model: str, operation: str, hint: str = PLATFORM_ONLY) -> Iterator[None]:
+    """MLflow's 401 and 403 inside, raised as PermissionDenied naming ``operation`` on ``model``."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        yield
+    except MlflowException as exc:
+        denied = refusal(exc, model, operation, hint)
+        if denied is None:
+            raise
+        raise denied from None
+
+
+def check_can_set_alias(client: MlflowClient, name: str, alias: str) -> None:
+    """PermissionDenied unless this identity may point ``alias`` of ``name`` at a version.
+
+    Asks MLflow to point it at version 0, which never exists: the server's authentication answers
+    before the request is carried out, so an identity without the permission gets MLflow's own 403,
+    and one with it gets "no such version" and nothing changes. A move that would be refused is
+    thus refused before anything of it (a pending record, a log line, a Dagster run) is written."""
+    from mlflow.exceptions import MlflowException
+
+    check_model_name(name)
+    with refused_as(name, f"set alias {alias}"):
+        try:
+            client.set_registered_model_alias(name, alias, "0")
+        except MlflowException as exc:
+            if exc.get_http_status_code() in (401, 403):
+                raise
 
 
 def keyed_run(client: MlflowClient, experiment_id: str, key: str, value: str, run_name: str,
@@ -80,8 +145,8 @@ def get_version(client: MlflowClient, name: str, version: str) -> ModelVersion:
         raise RegistryError(f"version {version!r} is not a version number (1, 2, ...)")
     try:
         client.get_registered_model(name)
-    except MlflowException:
-        raise RegistryError(f"model {name!r} is not registered") from None
+    except MlflowException as exc:
+        raise refusal(exc, name, "read") or RegistryError(f"model {name!r} is not registered") from None
     try:
         return client.get_model_version(name, str(int(version)))
     except MlflowException:

@@ -1,6 +1,7 @@
 """The scoring assets (predictions, model_monitor), their job and its daily schedule."""
 
 import datetime as dt
+import time
 
 import dagster as dg
 
@@ -36,7 +37,7 @@ def build_predictions(spec: ModelSpec) -> dg.AssetsDefinition:
         from ml_assets.features.build import FeatureError
         from ml_assets.scoring.predictions import ScoringError, score_day
 
-        run = step(context, spec)
+        run, started = step(context, spec), time.monotonic()
         snapshot = wiring.read(context, SnapshotRecord, run.partition)
         previous = latest(context.instance, context.asset_key, run.partition, PredictionsRecord)
         try:
@@ -44,6 +45,7 @@ def build_predictions(spec: ModelSpec) -> dg.AssetsDefinition:
                                tracking.client(), snapshot, tracking.model_url, previous, context.log.info)
         except (ScoringError, FeatureError) as exc:
             raise run.failure(exc) from None
+        record = record.spent(time.monotonic() - started)
         return dg.MaterializeResult(data_version=dg.DataVersion(record.sha256), metadata=record.to_metadata())
 
     return predictions

@@ -3,10 +3,12 @@ the champion judged on that day."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from ml_assets.records.base import Record, field
+from ml_assets.trainer.result import rank_seconds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +36,19 @@ class PredictionsRecord(Record):
     mlflow_model_url: str = field("url")
     reused: bool = False
     """True when the same champion had already scored the same data: nothing new was written."""
+    wall_seconds: float | None = None
+    """Seconds the run's predictions step took (a reused record's too: it is this run's); None in
+    records from before it was measured. ``ml-assets usage`` counts the whole run instead."""
+    cpu_rank_seconds: float | None = None
+    """``wall_seconds`` on the one CPU process that scores."""
+    gpu_rank_seconds: float | None = None
+    """0: scoring runs on CPU."""
+
+    def spent(self, wall_seconds: float) -> PredictionsRecord:
+        """This record with the scoring step's own seconds (plotted per day in the UI)."""
+        cpu, gpu = rank_seconds("cpu", 1, wall_seconds)
+        return dataclasses.replace(self, wall_seconds=round(wall_seconds, 3), cpu_rank_seconds=cpu,
+                                   gpu_rank_seconds=gpu)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -217,7 +217,8 @@ class Trainer(CheckpointedTrainer):
                  + ("  (best)" if improved else f"  ({p.bad_epochs} without improvement)"))
         if cfg.epoch_log and self.rt.master:
             with open(cfg.epoch_log, "a", encoding="utf-8") as fh:  # one line, flushed on close
-                fh.write(json.dumps(p.history[-1]) + "\n")
+                # The device too: a tuning trial pruned before its end has no report to say it.
+                fh.write(json.dumps({**p.history[-1], "device": self.rt.device.type}) + "\n")
         p.epoch += 1
         p.rows_in_epoch = 0
         p.epoch_loss = [0.0, 0.0]

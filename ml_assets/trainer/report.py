@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ml_assets import processes
 from ml_assets.trainer.config import TrainConfig
-from ml_assets.trainer.result import TrainingResult
+from ml_assets.trainer.result import TrainingResult, rank_seconds
 from ml_assets.trainer.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict
     """The trained checkpoint's materialization metadata (Pipes' form: typed values as raw_value/type)."""
     p = trainer.progress
     last = p.history[-1] if p.history else {}
+    held = held_seconds(acct["wall_s"])
+    cpu_rank_s, gpu_rank_s = rank_seconds(rt.device.type, rt.world, held)
     return TrainingResult(
         checkpoint_uri=saved["uri"], checkpoint_sha256=saved["sha256"], checkpoint_bytes=saved["bytes"],
         meta_uri=saved["meta_uri"], meta_sha256=saved["meta_sha256"],
@@ -51,7 +54,16 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict
         cpu_hours=round(acct["cpu_hours"], 5), gpu_hours=round(acct["gpu_hours"], 5),
         torch_version=torch.__version__, ml_assets_version=_project_version(),
         config_fingerprint=p.fingerprint, history=p.history, checkpoint_lease=lease or {},
+        wall_seconds=round(held, 3), cpu_rank_seconds=cpu_rank_s, gpu_rank_seconds=gpu_rank_s,
     ).pipes_metadata()
+
+
+def held_seconds(training_wall: float) -> float:
+    """How long the ranks have held their devices: since this process started, so that its imports
+    and the process group's setup count too, which the training's own wall (``gpu_hours``) leaves
+    out. That wall where /proc cannot say."""
+    alive = processes.seconds_alive()
+    return alive if alive is not None else training_wall
 
 
 def _project_version() -> str:

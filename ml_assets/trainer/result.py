@@ -42,6 +42,13 @@ class TrainingResult:
     config_fingerprint: str
     history: list[dict] = field(default_factory=list)
     checkpoint_lease: dict = field(default_factory=dict)
+    wall_seconds: float | None = None
+    """Seconds rank 0's process lived until its report, in this attempt (a training resumed after a
+    preemption counts from its resumption); None in records from before it was reported."""
+    cpu_rank_seconds: float | None = None
+    """``wall_seconds`` times the ranks that ran on CPU (ml_assets.trainer.result.rank_seconds)."""
+    gpu_rank_seconds: float | None = None
+    """``wall_seconds`` times the ranks that ran on a GPU."""
 
     PATHS: ClassVar[tuple[str, ...]] = ("checkpoint_uri", "meta_uri", "checkpoint_dir")
     JSON: ClassVar[tuple[str, ...]] = ("history", "checkpoint_lease")
@@ -51,6 +58,16 @@ class TrainingResult:
         out: dict = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None and f.default is None:  # unset (an older report): left out, as records do
+                continue
             kind = "path" if f.name in self.PATHS else "json" if f.name in self.JSON else None
             out[f.name] = {"raw_value": value, "type": kind} if kind else value
         return out
+
+
+def rank_seconds(device: str, ranks: int, wall_seconds: float) -> tuple[float, float]:
+    """(CPU, GPU) rank-seconds of ``ranks`` processes that ran on ``device`` (``cpu``, ``cuda``,
+    ``cuda:0``) for ``wall_seconds``. A rank on a GPU holds a CPU core too, but it is the GPU it
+    keeps from others: it counts as GPU time alone, so the two never add up the same seconds."""
+    held = round(ranks * wall_seconds, 3)
+    return (0.0, held) if device.startswith("cuda") else (held, 0.0)

@@ -16,7 +16,7 @@ from ml_assets.step import Step
 from ml_assets.training.preflight import check_model
 from ml_assets.training.prepare import Prepared
 from ml_assets.training.trainer_config import train_config
-from ml_assets.tuning.record import TunedRecord
+from ml_assets.tuning.record import COMPUTE_ATTR, SpentTrial, TrialCompute, TunedRecord, run_totals
 from ml_assets.tuning.resource import TuningResource
 
 
@@ -69,7 +69,7 @@ def study_job(step: Step, prepared: Prepared, val_day: str, tracking: MlflowTrac
         pruner=tuning.pruner.model_dump(mode="json"), sampler_seed=tuning.sampler_seed,
         startup_trials=tuning.startup_trials, heartbeat_seconds=tuning.heartbeat_seconds,
         max_retries=tuning.max_retries, tracking_uri=tracking.tracking_uri, experiment_id=experiment_id,
-        parent_run_id=parent, threads_per_process=store.threads_per_process)
+        parent_run_id=parent, threads_per_process=store.threads_per_process, run_id=step.run_id)
 
 
 def study_record(job, study, window: dict[str, list[str]], tracking: MlflowTrackingResource) -> TunedRecord:
@@ -86,8 +86,9 @@ def study_record(job, study, window: dict[str, list[str]], tracking: MlflowTrack
         client.log_metric(parent, k, float(v))
     for k, v in best.params.items():
         client.set_tag(parent, f"best.{k}", str(v))
+    spent = [spent_trial(t) for t in trials]
     history = [{"trial": t.number, "state": t.state.name, "value": t.value, "epochs": t.user_attrs.get("epochs"),
-                "params": t.params} for t in trials]
+                "params": t.params, **s.as_entry()} for t, s in zip(trials, spent, strict=True)]
     urls = {p: tracking.artifact_url(parent, f"{MLFLOW_TUNING}/{p}") for p in plots}
     return TunedRecord(
         study_name=job.study_name, storage=job.storage_url.split("@")[-1],  # no credentials
@@ -98,7 +99,19 @@ def study_record(job, study, window: dict[str, list[str]], tracking: MlflowTrack
         summary=(f"**best val_loss {best.value:.4f}** (trial {best.number} of {len(history)}): `{best.params}`\n\n"
                  f"completed {after['complete']}, pruned {after['pruned']}, failed {after['failed']}, "
                  f"re-run after a dead worker {after['retried']}; {epochs} epochs spent.\n\n"
-                 + "\n".join(f"![{p}]({url})" for p, url in urls.items())))
+                 + "\n".join(f"![{p}]({url})" for p, url in urls.items())),
+        **run_totals(spent, job.run_id))
+
+
+def spent_trial(trial) -> SpentTrial:
+    """An Optuna trial as its record lists it. One without a worker's measure finished at Optuna's
+    datetime_complete: a naive local time, read as this machine's."""
+    measured = trial.user_attrs.get(COMPUTE_ATTR)
+    compute = TrialCompute(**measured) if measured else None
+    done = trial.datetime_complete
+    finished = (compute.finished if compute else
+                done.astimezone(dt.UTC).isoformat(timespec="seconds") if done else None)
+    return SpentTrial(number=trial.number, state=trial.state.name, finished=finished, compute=compute)
 
 
 def _plots(study, out: Path) -> tuple[list[str], dict[str, float]]:

@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 
 from ml_assets import processes
+from ml_assets.tuning.record import COMPUTE_ATTR, TrialCompute
 from ml_assets.tuning.space import config_overrides, suggest
 
 # The heartbeat and the retry of stale trials are marked experimental in Optuna 5; we rely on them.
@@ -57,6 +58,8 @@ class Job:
     parent_run_id: str = ""
     threads_per_process: int = 1
     env: dict[str, str] = field(default_factory=dict)
+    run_id: str = ""
+    """The Dagster run that started the workers: each trial's compute names it."""
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
@@ -162,14 +165,19 @@ def objective(job: Job, trial: optuna.Trial) -> float:
     client = _mlflow(job)
     run_id = None if client is None else _start_run(client, job, trial, params)
     log = open(out / "trainer.log", "wb")  # noqa: SIM115 - closed below
+    started = time.monotonic()
     proc = _start_trainer(job, out, log)
     try:
         seen, best = _follow_epochs(trial, proc, epochs_file, client, run_id)
+    except optuna.TrialPruned:
+        _record_compute(trial, job, time.monotonic() - started, epochs_file)
+        raise
     except BaseException:
         _stop(proc)
         raise
     finally:
         log.close()
+    _record_compute(trial, job, time.monotonic() - started, epochs_file)
     if proc.returncode != 0 or seen == 0:
         tail = (out / "trainer.log").read_text(errors="replace")[-2000:]
         trial.set_user_attr("error", f"trainer exited with code {proc.returncode}: {tail[-500:]}")
@@ -178,6 +186,16 @@ def objective(job: Job, trial: optuna.Trial) -> float:
                           f"its log: {out / 'trainer.log'}")
     _finish(client, run_id, "FINISHED", {"optuna_state": "COMPLETE", "epochs": str(seen)}, {"best_val_loss": best})
     return best
+
+
+def _record_compute(trial: optuna.Trial, job: Job, wall_seconds: float, epochs_file: Path) -> None:
+    """What the trial held, on the device its trainer's epochs name: a trainer that failed before its
+    first epoch named none, and its seconds count as CPU."""
+    text = epochs_file.read_text() if epochs_file.exists() else ""
+    lines = text[:text.rfind("\n") + 1].splitlines()  # a line a kill cut short is not one
+    device = str(json.loads(lines[-1]).get("device", "cpu")) if lines else "cpu"
+    compute = TrialCompute.measured(job.run_id, device, job.processes_per_trial, wall_seconds)
+    trial.set_user_attr(COMPUTE_ATTR, compute.as_attr())
 
 
 def _write_config(job: Job, params: dict[str, Any], out: Path, epochs_file: Path) -> None:

@@ -124,6 +124,21 @@ def test_rbac_is_the_least_the_executor_and_training_launcher_need():
         assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
+def test_mlflow_authenticates_and_its_clients_carry_the_platform_identity():
+    """The server gets its authentication's secrets, the code server and (through the Dagster overlay)
+    every run and step pod the platform's MLflow identity; neither gets the other's."""
+    deployments = by_kind(render(VALUES["default"]()), "Deployment")
+    [mlflow] = deployments[f"{RELEASE}-mlflow"]["spec"]["template"]["spec"]["containers"]
+    [code] = deployments[f"{RELEASE}-code-server"]["spec"]["template"]["spec"]["containers"]
+    assert mlflow["command"] == ["ml-assets", "mlflow-server"]  # which turns MLflow's basic-auth app on
+    assert {"secretRef": {"name": "ml-assets-mlflow-auth"}} in mlflow["envFrom"]
+    assert {"secretRef": {"name": "ml-assets-mlflow-platform"}} in code["envFrom"]
+    assert "ml-assets-mlflow-platform" not in json.dumps(mlflow) and "ml-assets-mlflow-auth" not in json.dumps(code)
+    overlay = yaml.safe_load((ROOT / "helm" / "dagster-values.yaml").read_text())
+    secrets = [s["name"] for s in overlay["runLauncher"]["config"]["k8sRunLauncher"]["envSecrets"]]
+    assert "ml-assets-mlflow-platform" in secrets and "ml-assets-mlflow-auth" not in secrets
+
+
 def test_disruption_budgets_keep_the_code_server_up():
     manifests = render(VALUES["default"]())
     budgets = by_kind(manifests, "PodDisruptionBudget")
@@ -184,6 +199,8 @@ def test_the_multinode_spec_from_the_chart_becomes_a_valid_indexed_job(tmp_path)
     (lambda v: v["codeServer"].update(replicas=0), "/codeServer/replicas"),
     (lambda v: v.update(stepResources={"requests": {"memory": "lots"}}), "/stepResources/requests/memory"),
     (lambda v: v.update(gpus=1), "gpus"),
+    (lambda v: v["mlflow"].update(authSecret=""), "/mlflow/authSecret"),
+    (lambda v: v.setdefault("secrets", {}).update(mlflowPlatform=""), "/secrets/mlflowPlatform"),
 ])
 def test_the_values_schema_refuses_bad_values(change, problem):
     values = VALUES["gpu"]()

@@ -148,10 +148,36 @@ class Services:
         os.environ["ML_ASSETS_DAGSTER_POSTGRES_URL"] = self.env["ML_ASSETS_DAGSTER_POSTGRES_URL"]
         return DagsterInstance.from_config(str(self.home / "dagster"))
 
+    @property
+    def mlflow_auth(self) -> tuple[str, str]:
+        """The platform identity's MLflow credentials, for a plain HTTP client (requests' auth=)."""
+        return self.env["MLFLOW_TRACKING_USERNAME"], self.env["MLFLOW_TRACKING_PASSWORD"]
+
     def graphql(self):
         from dagster_graphql import DagsterGraphQLClient
 
         return DagsterGraphQLClient("127.0.0.1", port_number=self.webserver_port, timeout=60)
+
+
+PLATFORM_USER = "ml-platform"
+
+
+def mlflow_auth_env() -> tuple[dict[str, str], dict[str, str]]:
+    """Fresh secrets for one MLflow server with authentication: the platform identity's credentials
+    (every client process), and what only the server and its admin command get."""
+    import secrets
+
+    platform = {"MLFLOW_TRACKING_USERNAME": PLATFORM_USER, "MLFLOW_TRACKING_PASSWORD": secrets.token_urlsafe(18)}
+    admin = {"MLFLOW_AUTH_ADMIN_PASSWORD": secrets.token_urlsafe(18),
+             "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}
+    return platform, admin
+
+
+def create_platform_identity(env: dict[str, str], admin: dict[str, str]) -> None:
+    """`ml-assets mlflow-users create-platform`, as docs/deployment.md has it run once."""
+    made = subprocess.run([str(VENV_BIN / "ml-assets"), "mlflow-users", "create-platform"], env={**env, **admin},
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
 
 
 def _http_ok(url: str) -> bool:
@@ -170,20 +196,29 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
     buckets on moto, `ml-assets mlflow-server`, `dagster-daemon run` and `dagster-webserver`."""
     import copy
 
-    import boto3
-
     if not POSTGRES:
         pytest.skip("ML_ASSETS_TEST_POSTGRES_URL is not set (.ci/run sets it for the local PostgreSQL)")
-    root = tmp_path_factory.mktemp("production")
-    home, logs = root / "home", root / "logs"
-    (home / "dagster").mkdir(parents=True)
-    logs.mkdir()
-    (home / "dagster" / "dagster.yaml").write_text(dagster_yaml())
     spec = small_training(copy.deepcopy(bundled_spec_dict))
     # Runs here evaluate side by side: with automatic promotion, whichever registered first could be
     # champion before another's evaluation and fail its gate (timing decides). Promotion has its own tests.
     spec["promotion"]["mode"] = "approval_required"
-    write_spec(root / "models", spec)
+    with start_services(tmp_path_factory.mktemp("production"), postgres_database, s3_endpoint, [spec]) as svc:
+        yield svc
+
+
+@contextlib.contextmanager
+def start_services(root: Path, postgres_database, s3_endpoint: str, specs: list[dict],
+                   instance: str | None = None) -> Iterator[Services]:
+    """The services of ``services`` for the model ``specs``, with ``instance`` as dagster.yaml
+    (default: the production instance as shipped, polling faster)."""
+    import boto3
+
+    home, logs = root / "home", root / "logs"
+    (home / "dagster").mkdir(parents=True)
+    logs.mkdir()
+    (home / "dagster" / "dagster.yaml").write_text(instance or dagster_yaml())
+    for spec in specs:
+        write_spec(root / "models", spec)
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     for bucket in ("ml-assets", "mlflow"):
         s3.create_bucket(Bucket=bucket)
@@ -204,6 +239,10 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
         ML_ASSETS_DAGSTER_URL=f"http://127.0.0.1:{webserver_port}", ML_ASSETS_ALERT_INTERVAL_SECONDS="2",
         MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DAGSTER_DISABLE_TELEMETRY="true",
     )
+    # Every process (the run workers too) is the platform's MLflow identity; the admin's password and
+    # the Flask secret key go to the MLflow server and the command that creates that identity only.
+    platform, admin = mlflow_auth_env()
+    env.update(platform)
     hook = Webhook()
     env[WEBHOOK_VARIABLE] = hook.url
     svc = Services(home=home, env=env, alerts=hook, mlflow_url=env["MLFLOW_TRACKING_URI"], webserver_port=webserver_port,
@@ -216,11 +255,14 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
         # the same moment both insert its default limit, and one fails on the unique key (seen here).
         subprocess.run([str(VENV_BIN / "dagster"), "instance", "concurrency", "set", "gpu", "1"], env=env, cwd=REPO,
                        check=True, capture_output=True)
-        svc.start("mlflow", [str(VENV_BIN / "ml-assets"), "mlflow-server", "--port", str(mlflow_port), "--workers", "1"])
+        svc.start("mlflow", [str(VENV_BIN / "ml-assets"), "mlflow-server", "--port", str(mlflow_port), "--workers", "1"],
+                  TMPDIR=str(root), **admin)  # its private auth ini in the test's directory, not /tmp
         svc.start("daemon", [str(VENV_BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
         svc.start("webserver", [str(VENV_BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
                                 "-p", str(webserver_port)])
         wait_for(lambda: _http_ok(f"{svc.mlflow_url}/health"), 120, "the MLflow server")
+        create_platform_identity(env, admin)
+        os.environ.update(platform)  # the tests' own MLflow clients read it, as the services' do
         wait_for(lambda: _http_ok(f"http://127.0.0.1:{webserver_port}/server_info"), 120, "the Dagster webserver")
         yield svc
     finally:
@@ -236,7 +278,8 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
         # Run workers the launcher started live in their own sessions: stop any still running.
         kill_run_workers(svc)
         hook.close()
-        os.environ.pop("ML_ASSETS_DAGSTER_POSTGRES_URL", None)
+        for name in ("ML_ASSETS_DAGSTER_POSTGRES_URL", *platform):
+            os.environ.pop(name, None)
 
 
 def kill_run_workers(svc: Services) -> None:

@@ -209,16 +209,19 @@ def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(se
         assert any(run_id in key for key in logged), (run_id, logged[:5])
     # docs/api.md's MLflow REST calls: a Dagster run's MLflow run, and the model's versions.
     rest = f"{services.mlflow_url}/api/2.0/mlflow"
-    experiment = requests.get(f"{rest}/experiments/get-by-name", params={"experiment_name": MODEL}, timeout=30).json()
+    auth = services.mlflow_auth  # the server authenticates every request (docs/api.md)
+    experiment = requests.get(f"{rest}/experiments/get-by-name", params={"experiment_name": MODEL}, timeout=30,
+                              auth=auth).json()
     for run_id, day in zip(run_ids, days, strict=True):
-        found = requests.post(f"{rest}/runs/search", timeout=30, json={
+        found = requests.post(f"{rest}/runs/search", timeout=30, auth=auth, json={
             "experiment_ids": [experiment["experiment"]["experiment_id"]],
             "filter": f"tags.dagster_run_id = '{run_id}'"}).json()["runs"]
         assert len(found) == 1, found
         tags = {t["key"]: t["value"] for t in found[0]["data"]["tags"]}
         assert tags["partition"] == day
         assert {m["key"] for m in found[0]["data"]["metrics"]} >= {"test_roc_auc", "val_loss"}
-    listed = requests.get(f"{rest}/model-versions/search", params={"filter": f"name='{MODEL}'"}, timeout=30).json()
+    listed = requests.get(f"{rest}/model-versions/search", params={"filter": f"name='{MODEL}'"}, timeout=30,
+                          auth=auth).json()
     assert sorted(v["version"] for v in listed["model_versions"]) == ["1", "2"]
     # The registered model's files come back through the server (the client has no S3 access of its own).
     local = registry.download_artifacts(versions[0].run_id, "model", dst_path=str(services.home / "download"))

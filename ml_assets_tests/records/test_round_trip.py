@@ -21,7 +21,7 @@ from ml_assets.scoring.record import MonitorRecord, PredictionsRecord
 from ml_assets.trainer.config import DataRef
 from ml_assets.trainer.result import TrainingResult
 from ml_assets.training.record import CheckpointRecord
-from ml_assets.tuning.record import TunedRecord
+from ml_assets.tuning.record import SpentTrial, TrialCompute, TunedRecord
 from ml_assets.validation.record import PublishCommit, SnapshotRecord
 
 OBJECT = StoredObject(table="rows", path="rows/date=2013-02-01/part-0.parquet", sha256="a" * 64, bytes=10, rows=3)
@@ -33,7 +33,10 @@ RESULT = TrainingResult(
     final_train_loss=0.5, final_val_loss=0.6, best_val_loss=0.55, samples_per_s=1000.0, data_wait_pct=1.5,
     checkpoint_stall_s=0.01, checkpoints_written=2, checkpoint_dir="/c/ckpt", cpu_hours=0.001, gpu_hours=0.0,
     torch_version="2.13.0", ml_assets_version="0.1.0", config_fingerprint="fp",
-    history=[{"epoch": 1, "train_loss": 0.5, "val_loss": 0.6}], checkpoint_lease={"holder": "me"})
+    history=[{"epoch": 1, "train_loss": 0.5, "val_loss": 0.6}], checkpoint_lease={"holder": "me"},
+    wall_seconds=1.8, cpu_rank_seconds=3.6, gpu_rank_seconds=0.0)
+TRIAL = TrialCompute(run_id="run", device="cpu", ranks=1, wall_seconds=2.5, cpu_rank_seconds=2.5,
+                     gpu_rank_seconds=0.0, finished="2026-01-01T00:00:00+00:00")
 
 RECORDS = {
     "raw_data": RawRecord(repository="r", branch="b", commit="c1", rows=3, objects=(OBJECT,),
@@ -72,12 +75,14 @@ RECORDS = {
         study_name="s", storage="sqlite:///x", best_value=0.4, best_trial=3, best_params={"learning_rate": 0.01},
         trials_completed=4, trials_pruned=1, trials_failed=0, trials_retried=0, epochs_spent=9,
         window={"train": ["2013-01-30"], "validation": ["2013-01-31"]}, param_importances={"learning_rate": 1.0},
-        trials=[{"trial": 0, "state": "COMPLETE"}], mlflow_run_url="http://mlflow/run",
-        plots={"optimization_history.png": "http://mlflow/h.png"}, summary="best"),
+        trials=[{"trial": 0, "state": "COMPLETE", **SpentTrial(number=0, state="COMPLETE", finished=TRIAL.finished,
+                                                              compute=TRIAL).as_entry()}],
+        mlflow_run_url="http://mlflow/run", plots={"optimization_history.png": "http://mlflow/h.png"}, summary="best",
+        trials_run=1, wall_seconds=2.5, cpu_rank_seconds=2.5, gpu_rank_seconds=0.0),
     "predictions": PredictionsRecord(
         model_name="m", model_version="2", weights_sha256="w" * 64, data_commit="c2", repository="r",
         uri="/a/p.parquet", sha256="p" * 64, bytes=9, rows=5, rows_labeled=4, columns=["carrier", "score"],
-        feature_state_sha256="s" * 64, mlflow_model_url="http://mlflow/m/2"),
+        feature_state_sha256="s" * 64, mlflow_model_url="http://mlflow/m/2").spent(0.75),
     "model_monitor": MonitorRecord(
         model_name="m", model_version="2", day="2013-02-02", status="blocked",
         findings=[{"kind": "metric", "level": "blocked", "text": "roc_auc 0.31"}], pending_reason=None,

@@ -82,6 +82,10 @@ def test_outside_dagster_the_result_is_written_beside_the_export(trained):
     assert converted["checkpoint_sha256"] == meta["weights_sha256"]
     assert converted["world_size"] == 2 and converted["steps"] == meta["steps"]
     assert [e["val_loss"] for e in converted["history"].value] == [e["val_loss"] for e in meta["history"]]
+    # What it held: its two CPU ranks since they started, their imports and setup before training too.
+    held = converted["wall_seconds"]
+    assert held > meta["accounting"]["wall_s"] > 0 and converted["gpu_rank_seconds"] == 0.0
+    assert converted["cpu_rank_seconds"] == pytest.approx(2 * held, abs=0.002)
     with pytest.raises(ValueError, match="'weird' has type 'pickle'"):
         metadata_from_pipes({"weird": {"raw_value": "x", "type": "pickle"}})
 

@@ -15,6 +15,7 @@ import pytest
 from ml_assets.spec import TuningSpec
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.tuning import study as st
+from ml_assets.tuning.record import COMPUTE_ATTR, TrialCompute
 from ml_assets.tuning.space import config_overrides, suggest
 from ml_assets_tests.helpers import cli_env
 from ml_assets_tests.trainer.toy import kill_tree, toy_data
@@ -54,9 +55,12 @@ def test_the_space_becomes_trainer_fields():
 def test_one_worker_on_sqlite_prunes_and_records_every_trial(tmp_path):
     j = job(tmp_path, f"sqlite:///{tmp_path / 'optuna.db'}",
             spec={"trials": 6, "max_epochs": 4, "startup_trials": 2,
-                  "pruner": {"kind": "successive_halving", "min_resource": 1, "reduction_factor": 2}})
+                  "pruner": {"kind": "successive_halving", "min_resource": 1, "reduction_factor": 2}},
+            run_id="the-run")
     st.open_study(j, create=True)
+    started = time.time()
     st.run_worker(j)
+    took = time.time() - started
     study = st.open_study(j)
     counts = st.counts(study)
     assert counts["complete"] + counts["pruned"] + counts["failed"] == 6 and counts["running"] == 0
@@ -71,6 +75,12 @@ def test_one_worker_on_sqlite_prunes_and_records_every_trial(tmp_path):
         assert seen == pytest.approx([min(losses[:i + 1]) for i in range(len(seen))])
         if t.state.name == "COMPLETE":
             assert t.value == pytest.approx(min(losses))
+        # What it held, pruned or not: its one rank on the CPU its trainer named, for its torchrun's time.
+        held = TrialCompute(**t.user_attrs[COMPUTE_ATTR])
+        assert (held.run_id, held.device, held.ranks, held.gpu_rank_seconds) == ("the-run", "cpu", 1, 0.0)
+        assert 0 < held.wall_seconds == held.cpu_rank_seconds
+    walls = [TrialCompute(**t.user_attrs[COMPUTE_ATTR]).wall_seconds for t in study.get_trials()]
+    assert sum(walls) < took  # one worker: its trials one after another, within its time
     # Re-running continues the same study: it is finished, so nothing new runs.
     st.run_worker(j)
     assert len(st.open_study(j).get_trials()) == 6
@@ -84,6 +94,8 @@ def test_a_trial_whose_trainer_fails_is_recorded_not_dropped(tmp_path):
     study = st.open_study(j)
     assert st.counts(study)["failed"] == 2
     assert all("exited with code" in t.user_attrs["error"] for t in study.get_trials())
+    # A trainer that failed before its first epoch named no device: its seconds count as CPU.
+    assert all(TrialCompute(**t.user_attrs[COMPUTE_ATTR]).cpu_rank_seconds > 0 for t in study.get_trials())
 
 
 @pytest.mark.skipif(not POSTGRES, reason="set ML_ASSETS_TEST_POSTGRES_URL (.ci/run sets it for the local PostgreSQL)")

@@ -57,6 +57,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     name: {{ .Values.secrets.lakefs }}
 - secretRef:
     name: {{ .Values.secrets.optuna }}
+- secretRef:
+    name: {{ .Values.secrets.mlflowPlatform }}
 {{- end -}}
 
 {{/* The root filesystem is read-only: a process writes only to these. */}}
