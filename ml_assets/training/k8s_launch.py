@@ -123,7 +123,10 @@ class KubernetesTorchrunLauncher(TorchrunLauncher):
                                 "(its step process died without deleting it): deleting it before training again")
             api.delete_job_and_service(batch, core, namespace, name, context)
             deadline = time.monotonic() + spec.training.checkpoint.preemption_grace_seconds + 60
-            while _job_exists(batch, namespace, name):
+            # The Job goes first (propagation Background), its pods after: wait for both, so that no
+            # dying pod of it is taken for this attempt's (the same Job name, the same labels).
+            while _job_exists(batch, namespace, name) or core.list_namespaced_pod(
+                    namespace, label_selector=f"{JOB_LABEL}={name}").items:
                 if time.monotonic() > deadline:
                     raise dg.Failure(f"training Job {namespace}/{name} of an earlier attempt is still being deleted "
                                      f"(`kubectl describe job -n {namespace} {name}`)")

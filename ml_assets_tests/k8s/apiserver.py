@@ -142,6 +142,10 @@ class FakeApiServer:
 
     def start_job(self, namespace: str, job: dict) -> None:
         name = job["metadata"]["name"]
+        # Pods belong to one Job object (controller-uid), not to its name: after a Job is deleted
+        # (propagation Background: the Job goes first) a new Job of the same name must not count the
+        # old Job's dying pods, as Kubernetes' Job controller does not.
+        uid = job["metadata"].setdefault("uid", secrets.token_hex(8))
         self.jobs[name] = job
         template = job["spec"]["template"]
         container = template["spec"]["containers"][0]
@@ -150,7 +154,8 @@ class FakeApiServer:
         dns = loopback_dns(name, subdomain, nodes) if subdomain else {}
         for index in range(nodes):
             pod_name = f"{name}-{index}-{secrets.token_hex(3)}"
-            labels = {**template["metadata"]["labels"], "job-name": name, INDEX_ANNOTATION: str(index)}
+            labels = {**template["metadata"]["labels"], "job-name": name, "controller-uid": uid,
+                      INDEX_ANNOTATION: str(index)}
             manifest = {"apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": pod_name, "namespace": namespace, "labels": labels,
                                      "annotations": {INDEX_ANNOTATION: str(index)}},
@@ -163,7 +168,11 @@ class FakeApiServer:
             self.pods[pod_name] = Pod(manifest, process, log)
 
     def job_pods(self, name: str) -> list[Pod]:
-        return [p for p in self.pods.values() if (p.manifest["metadata"].get("labels") or {}).get("job-name") == name]
+        """The pods of the Job ``name`` that exists now (none when there is no such Job)."""
+        job = self.jobs.get(name)
+        uid = job["metadata"].get("uid") if job else None
+        return [p for p in list(self.pods.values())
+                if uid is not None and (p.manifest["metadata"].get("labels") or {}).get("controller-uid") == uid]
 
     def job_status(self, job: dict) -> dict:
         pods = self.job_pods(job["metadata"]["name"])
@@ -178,9 +187,10 @@ class FakeApiServer:
 
     def delete_job(self, name: str) -> bool:
         self.deleted.append(("Job", name))
+        pods = self.job_pods(name)
         if self.jobs.pop(name, None) is None:
             return False
-        for pod in self.job_pods(name):  # propagation: the Job's pods go too
+        for pod in pods:  # propagation: the Job's pods go too
             if pod.process.poll() is None:
                 pod.process.kill()
                 pod.process.wait()
