@@ -37,12 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "ml_assets" / "models" / "flights_delay.yaml"
 
-OURS = """
-import json, resource, sys, time
-started = time.perf_counter()
-from ml_assets.definitions import build_definitions
-imported = time.perf_counter()
-defs = build_definitions()
+# Both children end alike: resolve what they built as a run worker does, and say what it cost.
+RESOLVE_AND_REPORT = """
 built = time.perf_counter()
 repository = defs.get_repository_def()
 repository.asset_graph
@@ -52,6 +48,14 @@ print(json.dumps({"import": imported - started, "build": built - imported, "reso
                   "all_jobs": time.perf_counter() - resolved, "jobs": jobs,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
+
+OURS = """
+import json, resource, sys, time
+started = time.perf_counter()
+from ml_assets.definitions import build_definitions
+imported = time.perf_counter()
+defs = build_definitions()
+""" + RESOLVE_AND_REPORT
 
 # Dagster alone: the shape of one model's definitions (ml_assets.pipeline.model), nothing of ours.
 DAGSTER_ALONE = """
@@ -98,15 +102,7 @@ def model(name):
     return dg.Definitions(assets=[*assets.values(), *extra], jobs=jobs, schedules=schedules, sensors=[sensor])
 
 defs = dg.Definitions.merge(*[model(f"m{i:04d}") for i in range(n)])
-built = time.perf_counter()
-repository = defs.get_repository_def()
-repository.asset_graph
-resolved = time.perf_counter()
-jobs = len(repository.get_all_jobs()) if sys.argv[1] == "all-jobs" else 0
-print(json.dumps({"import": imported - started, "build": built - imported, "resolve": resolved - built,
-                  "all_jobs": time.perf_counter() - resolved, "jobs": jobs,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+""" + RESOLVE_AND_REPORT
 
 
 def models_dir(root: Path, n: int) -> Path:
