@@ -126,3 +126,12 @@ def test_multiclass_classes_and_metrics_are_checked(tmp_path, spec_dict, change,
     message = _error(path)
     assert f"{path}: {field}" in message, message
     assert problem in message, message
+
+
+def test_a_copy_with_changed_sections_fingerprints_its_own_sections():
+    from ml_assets_tests.helpers import model_spec
+
+    spec = model_spec()
+    before = spec.fingerprint("training")
+    changed = spec.model_copy(update={"training": spec.training.model_copy(update={"epochs": 99})})
+    assert changed.fingerprint("training") != before and spec.fingerprint("training") == before

@@ -171,6 +171,11 @@ class ModelSpec(StrictModel):
         # Dumped once: every stage's code version fingerprints some of the sections.
         return self.model_dump(mode="json", by_alias=True)
 
+    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> ModelSpec:
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("_as_json", None)  # the copy's own sections are dumped when asked
+        return copied
+
     def fingerprint(self, *sections: str) -> str:
         """A stable hash of the whole spec or of some of its sections (for code versions)."""
         data = dict(self._as_json)
