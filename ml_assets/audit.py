@@ -141,6 +141,66 @@ def render_markdown(a: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _train(config: Path, world: int) -> tuple[list[str], subprocess.CompletedProcess]:
+    """The trainer under torchrun with ``world`` processes, as a plain run (not a Dagster Pipes child)."""
+    from ml_assets.training.launcher import TorchrunLauncher
+
+    command = TorchrunLauncher().command(str(config), world, 0)
+    env = child_env({**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    for name in list(env):
+        if name.startswith("DAGSTER_PIPES"):
+            env.pop(name)
+    return command, subprocess.run(command, env=env)
+
+
+def _parent_weights(client, mv, tags: VersionTags, recorded: dict, out: Path, given: Path | None) -> tuple[dict, str]:
+    """A fine-tune's starting weights for its reproduction, checked against the sha256 it was trained
+    from: ``given`` (a reproduced parent), else the parent version's registered weights."""
+    expected = recorded["sha256"]
+    if given is not None:
+        actual = hashlib.sha256(given.read_bytes()).hexdigest()
+        if actual != expected:
+            raise registry.RegistryError(f"{mv.name} version {mv.version} started from weights {expected}, but the "
+                                         f"reproduced parent's are {actual}: the parent was not reproduced bit for bit")
+        return {**recorded, "uri": str(given)}, f"the reproduced parent ({given})"
+    if not tags.parent_version:
+        raise registry.RegistryError(f"{mv.name} version {mv.version} was fine-tuned, but records no parent_version")
+    parent = registry.get_version(client, mv.name, tags.parent_version)
+    from ml_assets.serving.pyfunc import model_files
+
+    local = out / "parent"
+    weights = model_files(registry.download_model(client, parent, local))[WEIGHTS_FILE]
+    if VersionTags.from_tags(parent.tags).checkpoint_sha256 != expected:
+        raise registry.RegistryError(f"{mv.name} version {mv.version} started from weights {expected}, but its parent "
+                                     f"version {parent.version} holds {VersionTags.from_tags(parent.tags).checkpoint_sha256}")
+    return {**recorded, "uri": str(weights)}, f"version {parent.version}'s registered weights"
+
+
+def chain_of(client, model: str, version: str) -> list:
+    """The registered versions a version's weights went through, oldest (its chain's full training) first."""
+    chain, seen = [registry.get_version(client, model, version)], {str(version)}
+    while (tags := VersionTags.from_tags(chain[0].tags)).training_decision == "fine_tune":
+        if not tags.parent_version or tags.parent_version in seen:
+            raise registry.RegistryError(f"{model} version {chain[0].version} was fine-tuned but names no earlier "
+                                         f"parent ({tags.parent_version or 'none'})")
+        seen.add(tags.parent_version)
+        chain.insert(0, registry.get_version(client, model, tags.parent_version))
+    return chain
+
+
+def reproduce_chain(client, model: str, version: str, workdir: Path, code_version: str,
+                    registered_code: bool = False) -> list[Reproduction]:
+    """Rebuild every training of a version's chain from its full training on, each fine-tune from
+    the weights its parent's reproduction made; stops at the first that is not bit for bit."""
+    done: list[Reproduction] = []
+    for mv in chain_of(client, model, version):
+        parent = Path(done[-1].output_dir) / WEIGHTS_FILE if done else None
+        done.append(reproduce(client, model, str(mv.version), workdir, code_version, registered_code, parent))
+        if not done[-1].identical:
+            break
+    return done
+
+
 def _factory_code(client, mv, recorded: dict, out: Path, registered_code: bool) -> str:
     """Where the factory's code is read from: the recorded directory, or the registered copy."""
     path = recorded.get("model_code_path") or ""
@@ -159,13 +219,18 @@ class Reproduction:
     actual_sha256: str | None
     reasons: list[str] = field(default_factory=list)
     output_dir: str = ""
+    version: str = ""
+    started_from: str = ""
+    """A fine-tune: whose weights it started from (the parent's registered ones, or a reproduction's)."""
 
 
 def reproduce(client, model: str, version: str, workdir: Path, code_version: str,
-              registered_code: bool = False) -> Reproduction:
+              registered_code: bool = False, parent_weights: Path | None = None) -> Reproduction:
     """Retrain a registered version from its records and compare the weights' sha256. A model
     factory's code is the one at its recorded code path, which must still be the pinned code (else
-    the changed files are the reason), or with ``registered_code`` the copy registered with it."""
+    the changed files are the reason), or with ``registered_code`` the copy registered with it. A
+    fine-tune starts from its parent's registered weights, or ``parent_weights`` (a reproduction of
+    the parent, ``reproduce_chain``), which must be the same bytes as those it was trained from."""
     import torch
 
     from ml_assets.trainer.config import TrainConfig
@@ -181,6 +246,10 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     recorded.update(output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"))
     if recorded.get("model_factory"):
         recorded["model_code_path"] = _factory_code(client, mv, recorded, out, registered_code)
+    started_from = ""
+    if recorded.get("init_weights"):
+        recorded["init_weights"], started_from = _parent_weights(client, mv, tags, recorded["init_weights"], out,
+                                                                 parent_weights)
     config = TrainConfig.from_dict(recorded)
     if config.model_factory:
         try:
@@ -194,18 +263,12 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(config.to_json())
     world = int(tags.world_size or 1)
-    from ml_assets.training.launcher import TorchrunLauncher
-
-    command = TorchrunLauncher().command(str(path), world, 0)
-    env = child_env({**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    for name in list(env):  # a plain run, not a Dagster Pipes child
-        if name.startswith("DAGSTER_PIPES"):
-            env.pop(name)
-    done = subprocess.run(command, env=env)
+    command, done = _train(path, world)
     expected = tags.checkpoint_sha256
     weights = out / "export" / WEIGHTS_FILE
     actual = hashlib.sha256(weights.read_bytes()).hexdigest() if done.returncode == 0 and weights.exists() else None
-    result = Reproduction(actual == expected, expected, actual, output_dir=str(out / "export"))
+    result = Reproduction(actual == expected, expected, actual, output_dir=str(out / "export"), version=str(mv.version),
+                          started_from=started_from)
     if actual is None:
         result.reasons.append(f"the trainer exited with code {done.returncode}; its log is above")
     if tags.code_version != code_version:

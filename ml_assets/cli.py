@@ -11,7 +11,7 @@
     ml-assets audit MODEL [--version N] [--format md|json]      evidence, data checks, promotions, pins
     ml-assets card MODEL [--version N] [--format md|html] [--output FILE]
                                                                 the version's model card, from its records
-    ml-assets reproduce MODEL --version N [--registered-code]    retrain from the records; compare weights
+    ml-assets reproduce MODEL --version N [--registered-code] [--chain]    retrain from the records; compare weights
     ml-assets usage [--team T] [--model M] [--since DAY] [--format table|json]
                                                                 what each team spent: trainings, trials, scoring
     ml-assets paths                                             where the local home keeps everything
@@ -257,7 +257,8 @@ def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
     return 0
 
 
-def reproduce(model: str, version: str, workdir: str | None, registered_code: bool = False) -> int:
+def reproduce(model: str, version: str, workdir: str | None, registered_code: bool = False,
+              chain: bool = False) -> int:
     from ml_assets import audit as aud
     from ml_assets.code_version import package_code_version
     from ml_assets.names import InvalidName
@@ -266,18 +267,39 @@ def reproduce(model: str, version: str, workdir: str | None, registered_code: bo
     settings = load_settings()
     where = Path(workdir) if workdir else settings.home / "reproduce"
     try:
-        result = aud.reproduce(_client(settings), model, version, where, package_code_version(), registered_code)
+        client = _client(settings)
+        if chain:
+            results = aud.reproduce_chain(client, model, version, where, package_code_version(), registered_code)
+        else:
+            results = [aud.reproduce(client, model, version, where, package_code_version(), registered_code)]
     except (registry.RegistryError, InvalidName) as exc:
         return refuse("reproduce", str(exc))
-    if result.identical:
-        print(f"{model} version {version}: reproduced bit for bit; weights sha256 {result.actual_sha256} "
-              f"(in {result.output_dir})")
-        return 0
-    print(f"{model} version {version}: NOT reproduced: expected weights sha256 {result.expected_sha256}, "
-          f"got {result.actual_sha256}", file=sys.stderr)
-    for reason in result.reasons:
-        print(f"  reason: {reason}", file=sys.stderr)
-    return 1
+    for result in results:
+        start = f"; started from {result.started_from}" if result.started_from else ""
+        if result.identical:
+            print(f"{model} version {result.version}: reproduced bit for bit; weights sha256 {result.actual_sha256} "
+                  f"(in {result.output_dir}){start}")
+            continue
+        print(f"{model} version {result.version}: NOT reproduced: expected weights sha256 {result.expected_sha256}, "
+              f"got {result.actual_sha256}{start}", file=sys.stderr)
+        for reason in result.reasons:
+            print(f"  reason: {reason}", file=sys.stderr)
+        if chain and result.version != str(version):
+            print(f"  the chain stops here: version {version} starts from this version's weights", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _reproduce_parser(sub) -> None:
+    rep = sub.add_parser("reproduce", help="retrain a version from its records and compare the weights' sha256")
+    rep.add_argument("model")
+    rep.add_argument("--version", required=True)
+    rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
+    rep.add_argument("--registered-code", action="store_true",
+                     help="a model factory's code: the copy registered with the version, not its recorded directory")
+    rep.add_argument("--chain", action="store_true",
+                     help="a fine-tuned version: rebuild every training of its chain from the last full one, each "
+                          "from its parent's reproduction")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -317,12 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     crd.add_argument("--version", help="a version number (default: the champion, else the challenger)")
     crd.add_argument("--format", choices=("md", "html"), default="md")
     crd.add_argument("--output", metavar="FILE", help="write it to FILE instead of printing it")
-    rep = sub.add_parser("reproduce", help="retrain a version from its records and compare the weights' sha256")
-    rep.add_argument("model")
-    rep.add_argument("--version", required=True)
-    rep.add_argument("--workdir", help="where to train (default: <home>/reproduce)")
-    rep.add_argument("--registered-code", action="store_true",
-                     help="a model factory's code: the copy registered with the version, not its recorded directory")
+    _reproduce_parser(sub)
     usage_command.add_parser(sub)
     cli_project.add_parsers(sub)
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
@@ -354,7 +371,7 @@ def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "card":
         sys.exit(card(args.model, args.version, args.format, args.output))
     if args.command == "reproduce":
-        sys.exit(reproduce(args.model, args.version, args.workdir, args.registered_code))
+        sys.exit(reproduce(args.model, args.version, args.workdir, args.registered_code, args.chain))
     if args.command == "replay-checks":
         sys.exit(replay_checks(args.model, args.start, args.end, args.json, args.ignore_waivers))
     if args.command == "demo":

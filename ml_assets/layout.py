@@ -25,6 +25,8 @@ EXPORT_FILES = (WEIGHTS_FILE, META_FILE, FEATURE_STATE_FILE)
 # Folders of a training's MLflow run.
 MLFLOW_MODEL = "model"
 MLFLOW_TRAINING = "training"
+DECISION_FILE = "decision.json"
+"""In a version's MLflow run, under training/: its training decision (ml_assets.training.decision)."""
 MLFLOW_EVALUATION = "evaluation"
 MLFLOW_PLOTS = "evaluation/plots"
 MLFLOW_TUNING = "tuning"
@@ -81,6 +83,13 @@ class Layout:
 
     def tuning_state_prefix(self, last_day: str) -> str:
         return f"{self.model}/feature_state/tuning-{last_day}"
+
+    def parent_prefix(self, version: str) -> str:
+        """A registered version's weights, copied for the fine-tunes that start from them."""
+        return f"{self.model}/parents/v{int(version)}"
+
+    def replay_prefix(self, day: dt.date | str) -> str:
+        return f"{self.model}/replay/date={_iso(day)}"
 
     def evaluation_prefix(self, day: dt.date | str) -> str:
         return f"{self.model}/evaluation/date={_iso(day)}"

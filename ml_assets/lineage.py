@@ -51,6 +51,14 @@ class Check:
 class Lineage:
     chain: dict[str, Any]
     checks: list[Check] = field(default_factory=list)
+    parents: list[dict[str, Any]] = field(default_factory=list)
+    """A fine-tune's ancestors, newest first, each walked like the version itself, back to the full
+    training its chain began with."""
+
+    @property
+    def versions(self) -> list[str]:
+        """The version, then each parent's: the chain of trainings its weights went through."""
+        return [self.chain["version"], *(p["version"] for p in self.parents)]
 
     @property
     def mismatches(self) -> list[Check]:
@@ -130,7 +138,8 @@ def _source_sha(url: str) -> str | None:
 
 
 def trace(client, store: VersionStore, model: str, version: str | None = None, alias: str | None = None,
-          partition: str | None = None, object_paths=None) -> Lineage:
+          partition: str | None = None, object_paths=None, parents: bool = True) -> Lineage:
+    """``parents``: walk a fine-tune's parents too (``Lineage.parents``)."""
     mv = resolve_version(client, model, version, alias, partition)
     tags = VersionTags.from_tags(mv.tags)
     run = client.get_run(mv.run_id)
@@ -163,15 +172,64 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
 
     repo = repo_for_model(model)
     data_commits = tags.data_commits
+    decision = _decision(client, run.info.run_id, tags)
+    lineage.chain["decision"] = decision
     days = []
     for role, refs in (("train", meta.get("train_files", [])), ("validation", meta.get("val_files", []))):
         for ref in refs:
             day = ref.get("day", "")
             data = _read(ref["uri"])
-            checks.append(Check(f"features {day} ({role})", ref["sha256"], _sha(data) if data else None, ref["uri"]))
-            days.append(_trace_day(store, repo, day, role, ref, data_commits.get(day), object_paths, checks))
+            label = f"features {day} ({role})" if day else "replay sample of older window days (train)"
+            checks.append(Check(label, ref["sha256"], _sha(data) if data else None, ref["uri"]))
+            if day:
+                days.append(_trace_day(store, repo, day, role, ref, data_commits.get(day), object_paths, checks))
+                continue
+            replay = decision.get("replay", {})
+            if replay.get("sha256") != ref["sha256"]:
+                checks.append(Check("replay sample's source days", "recorded", None, "training/decision.json"))
+            for source in replay.get("sources", []) if replay.get("sha256") == ref["sha256"] else []:
+                data = _read(source["uri"])
+                checks.append(Check(f"features {source['day']} (replayed)", source["sha256"],
+                                    _sha(data) if data else None, source["uri"]))
+                days.append(_trace_day(store, repo, source["day"], "replay", source, data_commits.get(source["day"]),
+                                       object_paths, checks))
     lineage.chain["days"] = days
+    if parents:
+        _trace_parents(client, store, model, lineage, object_paths)
     return lineage
+
+
+def _decision(client, run_id: str, tags: VersionTags) -> dict[str, Any]:
+    """The version's training decision as registered (training/decision.json), or what its tags say."""
+    from ml_assets.registry.versions import run_json
+
+    recorded = run_json(client, run_id, "training/decision.json")
+    return recorded or {"kind": tags.training_decision or "full", "reason": tags.training_decision_reason}
+
+
+def _trace_parents(client, store: VersionStore, model: str, lineage: Lineage, object_paths) -> None:
+    """Each parent of a fine-tune, back to its chain's full training: its own lineage, and a check
+    that the weights the child started from are the parent's registered weights."""
+    child = VersionTags.from_tags(lineage.chain["tags"])
+    version, seen = lineage.chain["version"], {lineage.chain["version"]}
+    while child.training_decision == "fine_tune":
+        parent = child.parent_version
+        if not parent or parent in seen:
+            lineage.checks.append(Check(f"v{version}'s parent", "a recorded, earlier version", parent or None,
+                                        "model version tag parent_version"))
+            return
+        try:
+            up = trace(client, store, model, version=parent, object_paths=object_paths, parents=False)
+        except LineageError as exc:
+            lineage.checks.append(Check(f"v{version}'s parent v{parent}", "registered", None, str(exc)))
+            return
+        lineage.checks.append(Check(f"v{version} started from v{parent}'s registered weights",
+                                    child.parent_checkpoint_sha256, up.chain["tags"].get("checkpoint_sha256"),
+                                    f"model version {parent} tag checkpoint_sha256"))
+        lineage.checks.extend(Check(f"v{parent}: {c.what}", c.expected, c.actual, c.where) for c in up.checks)
+        lineage.parents.append(up.chain)
+        seen.add(parent)
+        version, child = parent, VersionTags.from_tags(up.chain["tags"])
 
 
 def trace_predictions(client, store: VersionStore, model: str, uri: str, object_paths=None) -> Lineage:
@@ -258,6 +316,33 @@ def render(lineage: Lineage) -> str:
         f"  checkpoint {c['checkpoint']['uri']}",
         f"    sha256 {c['checkpoint']['sha256']}  {json.dumps(c['checkpoint']['meta'])}",
     ]
+    decision = c.get("decision", {})
+    if decision.get("kind") and decision.get("reason"):
+        out.append(f"  trained: {decision['kind']}: {decision['reason']}")
+    out += _render_days(c)
+    for parent in lineage.parents:
+        tags = parent["tags"]
+        out += [f"  fine-tuned from {c['model']} version {parent['version']} (weights "
+                f"{parent['checkpoint']['sha256'][:16]}…), trained {tags.get('training_decision') or 'full'} for "
+                f"partition {tags.get('partition', '?')}: {parent.get('decision', {}).get('reason', '')}",
+                f"    checkpoint {parent['checkpoint']['uri']}"]
+        out += ["  " + line for line in _render_days(parent)]
+    if lineage.parents:
+        out.append(f"  chain: version {' <- '.join(lineage.versions)}, back to the full training of partition "
+                   f"{lineage.parents[-1]['tags'].get('partition', '?')}")
+    ok = sum(ch.status == "ok" for ch in lineage.checks)
+    unreachable = [ch for ch in lineage.checks if ch.status == "unreachable"]
+    out.append(f"verified {ok} of {len(lineage.checks)} hashes; {len(unreachable)} unreachable; "
+               f"{len(lineage.mismatches)} MISMATCH")
+    for ch in unreachable:
+        out.append(f"  unreachable: {ch.what} ({ch.where})")
+    for ch in lineage.mismatches:
+        out.append(f"  MISMATCH: {ch.what}: expected {ch.expected}, found {ch.actual} at {ch.where}")
+    return "\n".join(out)
+
+
+def _render_days(c: dict[str, Any]) -> list[str]:
+    out = []
     for day in c.get("days", []):
         what = "predictions" if day["role"] == "scored" else "features"
         out.append(f"  {day['role']} day {day['day']}: {what} {day['features']['uri']}")
@@ -271,18 +356,10 @@ def render(lineage: Lineage) -> str:
             out.append(f"    raw commit {raw['commit'][:16]}… by Dagster run {raw['by_dagster_run']} (code {raw['code_version']})")
             for url, sha in raw["source_files"].items():
                 out.append(f"      source {url}  sha256 {sha[:16]}…")
-    ok = sum(ch.status == "ok" for ch in lineage.checks)
-    unreachable = [ch for ch in lineage.checks if ch.status == "unreachable"]
-    out.append(f"verified {ok} of {len(lineage.checks)} hashes; {len(unreachable)} unreachable; "
-               f"{len(lineage.mismatches)} MISMATCH")
-    for ch in unreachable:
-        out.append(f"  unreachable: {ch.what} ({ch.where})")
-    for ch in lineage.mismatches:
-        out.append(f"  MISMATCH: {ch.what}: expected {ch.expected}, found {ch.actual} at {ch.where}")
-    return "\n".join(out)
+    return out
 
 
 def as_json(lineage: Lineage) -> str:
-    return json.dumps({**lineage.chain, "checks": [
+    return json.dumps({**lineage.chain, "parents": lineage.parents, "checks": [
         {"what": ch.what, "status": ch.status, "expected": ch.expected, "actual": ch.actual, "where": ch.where}
         for ch in lineage.checks]}, indent=1)

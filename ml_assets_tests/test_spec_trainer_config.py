@@ -49,7 +49,8 @@ OVERRIDES = [
 # The TrainConfig fields no spec setting gives: this run's files and who runs it, and what a caller
 # sets itself or leaves to the trainer's default.
 SET_BY_THE_CALLER = {"train_files", "val_files", "feature_state", "output_dir", "owner", "data_mode",
-                     "checkpoint_dir", "max_steps", "threads", "epoch_log", "stream_cache_dir", "model_code"}
+                     "checkpoint_dir", "max_steps", "threads", "epoch_log", "stream_cache_dir", "model_code",
+                     "init_weights"}
 FROM_TRAINING = {name: path.removeprefix("training.") for name, path in FROM_SPEC.items()
                  if path.startswith("training.")}
 

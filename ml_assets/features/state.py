@@ -94,8 +94,7 @@ def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target
     # Every statistic and every vocabulary's counts in one parallel collect.
     vocab_of = [f for f in features.categorical if f.encoding == "vocabulary"]
     queries = [lazy.select(stats or [pl.len()]), *(
-        lazy.select(pl.col(f.name).cast(pl.String)).drop_nulls().group_by(f.name).len()
-        .filter(pl.col("len") >= f.min_frequency) for f in vocab_of)]
+        lazy.select(pl.col(f.name).cast(pl.String)).drop_nulls().group_by(f.name).len() for f in vocab_of)]
     results = pl.collect_all(queries, engine=engine)
     fitted = results[0].row(0, named=True) if stats else {}
     counts_of = {f.name: frame for f, frame in zip(vocab_of, results[1:], strict=True)}
@@ -115,8 +114,12 @@ def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target
             categorical.append({"name": f.name, "encoding": "hash", "buckets": f.buckets})
             continue
         counts = counts_of[f.name]
+        kept = counts.filter(pl.col("len") >= f.min_frequency)
+        # The rows already in the out-of-vocabulary index when fitted (rare values): a fine-tune's
+        # data check counts only unknown categories beyond this share (ml_assets.training.decision).
+        rare = int(counts["len"].sum() or 0) - int(kept["len"].sum() or 0)
         categorical.append({"name": f.name, "encoding": "vocabulary", "min_frequency": f.min_frequency,
-                            "vocabulary": sorted(counts[f.name].to_list())})
+                            "vocabulary": sorted(kept[f.name].to_list()), "oov_share": round(rare / rows, 6)})
     # Lists, not mappings: the order is the model's input order and must survive JSON.
     return {"version": STATE_VERSION, "task": task, "target": target, "numeric": numeric,
             "categorical": categorical, "rows_fitted": rows}

@@ -12,7 +12,10 @@ from typing import Any, Self
 
 from ml_assets.records.base import Record, field
 
-_JSON_TAGS = ("data_commits", "test_days", "skipped_days", "classes")
+_JSON_TAGS = ("data_commits", "test_days", "skipped_days", "classes", "warm_start_key")
+# Left out while empty: a full training has no parent; a version from before decisions has none of them.
+_OPTIONAL_TAGS = ("model_factory", "model_code_sha256", "parent_version", "parent_checkpoint_sha256",
+                  "inputs_sha256", "warm_start_key")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +81,19 @@ class VersionTags:
     """A model of the team's own: its factory's import path (absent for a built-in family)."""
     model_code_sha256: str = ""
     """And the sha256 its code was pinned by (ml_assets.trainer.code_pin)."""
+    training_decision: str = ""
+    """full or fine_tune (ml_assets.training.decision); empty on versions from before decisions (full)."""
+    training_decision_reason: str = ""
+    parent_version: str = ""
+    """A fine-tune: the version its weights started from."""
+    parent_checkpoint_sha256: str = ""
+    """And that version's weights' sha256, as the fine-tune read them."""
+    chain_start_partition: str = ""
+    """The partition of the full training this version descends from (its own when full)."""
+    inputs_sha256: str = ""
+    """What its training started from: a later partition with the same inputs skips."""
+    warm_start_key: dict[str, str] = dataclasses.field(default_factory=dict)
+    """What a fine-tune of it must match: features, target, network (sha256 each)."""
     gate: GateTags | None = None
 
     def to_tags(self) -> dict[str, str]:
@@ -86,7 +102,7 @@ class VersionTags:
             value = getattr(self, f.name)
             if f.name == "gate" or (f.name in ("task", "classes") and not self.classes):
                 continue
-            if f.name in ("model_factory", "model_code_sha256") and not value:
+            if f.name in _OPTIONAL_TAGS and not value:
                 continue
             tags[f.name] = json.dumps(value, sort_keys=True) if f.name in _JSON_TAGS else str(value)
         return {**tags, **(self.gate.to_tags() if self.gate else {})}

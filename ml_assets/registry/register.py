@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ml_assets.evaluation.record import EvaluationRecord
 from ml_assets.layout import (
+    DECISION_FILE,
     FEATURE_STATE_FILE,
     META_FILE,
     MLFLOW_MODEL,
@@ -43,7 +44,17 @@ def version_tags(step: Step, ckpt: CheckpointRecord, evaluation: EvaluationRecor
         torch_version=result.torch_version,
         hyperparameters_source=str(ckpt.hyperparameters.get("source", "spec"))[:4000],
         task=spec.target.task if spec.target.classes else "", classes=list(spec.target.classes or []),
-        **factory_tags(ckpt))
+        **factory_tags(ckpt), **decision_tags(step, ckpt))
+
+
+def decision_tags(step: Step, ckpt: CheckpointRecord) -> dict[str, object]:
+    """How the version was trained (full or fine-tuned, and why) and the chain it belongs to."""
+    parent = ckpt.parent
+    return {"training_decision": ckpt.decision_kind,
+            "training_decision_reason": str(ckpt.decision.get("reason", ""))[:4000],
+            "parent_version": str(parent.get("version", "")), "parent_checkpoint_sha256": parent.get("weights_sha256", ""),
+            "chain_start_partition": ckpt.chain_start(step.partition), "inputs_sha256": ckpt.inputs_sha256,
+            "warm_start_key": dict(ckpt.warm_start_key)}
 
 
 def factory_tags(ckpt: CheckpointRecord) -> dict[str, str]:
@@ -116,6 +127,10 @@ def _log_model(client, run_id: str, step: Step, ckpt: CheckpointRecord) -> None:
         config = Path(tmp) / "train_config.json"
         config.write_text(json.dumps(ckpt.training_config, indent=1, sort_keys=True))
         client.log_artifact(run_id, str(config), MLFLOW_TRAINING)
+        # Why it was trained this way, the parent, and the replay sample's source days (lineage reads it).
+        decision = Path(tmp) / DECISION_FILE
+        decision.write_text(json.dumps(ckpt.decision or {"kind": "full"}, indent=1, sort_keys=True))
+        client.log_artifact(run_id, str(decision), MLFLOW_TRAINING)
 
 
 def _validation_rows(ckpt: CheckpointRecord):
@@ -140,8 +155,11 @@ def _log_training(client, run_id: str, ckpt: CheckpointRecord, tags: dict[str, s
     steps = [Metric(name, float(entry[key]), int(entry["time"] * 1000), int(entry["step"]))
              for entry in ckpt.progress for name, key in
              (("step_loss", "loss"), ("samples_per_s", "samples_per_s"), ("learning_rate", "lr"))]
+    # What the training cost, whatever its decision (usage sums the same figures from the records).
     totals = [Metric(f"training_{name}", float(getattr(result, name)), now, 0)
-              for name in ("samples_per_s", "data_wait_pct", "checkpoint_stall_s", "cpu_hours", "gpu_hours")]
+              for name in ("samples_per_s", "data_wait_pct", "checkpoint_stall_s", "cpu_hours", "gpu_hours",
+                           "wall_seconds", "cpu_rank_seconds", "gpu_rank_seconds", "samples_processed")
+              if getattr(result, name) is not None]
     metrics = epochs + steps + totals
     client.log_batch(run_id, params=params[:100], tags=[RunTag(k, v) for k, v in sorted(tags.items())])
     for start in range(100, len(params), 100):  # MLflow's batch limits: 100 params, 1000 metrics

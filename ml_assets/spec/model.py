@@ -145,6 +145,8 @@ class ModelSpec(StrictModel):
                                  f"day of the {train_days}")
         elif training.max_missing_days:
             raise ValueError("training.max_missing_days applies with missing_days: skip")
+        if training.warm_start is not None:
+            _check_warm_start(self, train_days)
         needed = training.window_days + self.evaluation.test_days
         if part.end is not None and (part.end - part.start).days + 1 < needed:
             raise ValueError(f"evaluation.test_days: {training.window_days} window days and "
@@ -194,6 +196,23 @@ def _drop(data: dict, section: str, key: str) -> None:
     """``data`` without ``section.key``, leaving the cached dump it was copied from whole."""
     if isinstance(data.get(section), dict) and key in data[section]:
         data[section] = {k: v for k, v in data[section].items() if k != key}
+
+
+def _check_warm_start(spec: ModelSpec, train_days: int) -> None:
+    warm = spec.training.warm_start
+    if warm.days > train_days:
+        raise ValueError(f"training.warm_start.days: {warm.days} is more than the window's {train_days} training days "
+                         f"(training.window_days {spec.training.window_days} less validation_days "
+                         f"{spec.training.validation_days})")
+    if warm.replay_fraction and warm.days == train_days:
+        raise ValueError("training.warm_start.replay_fraction: every training day is already a fine-tune day; "
+                         "there is no older day to replay")
+    checked = {f.name for f in spec.features.categorical if f.encoding == "vocabulary"} | {
+        f.name for f in spec.features.numeric if not f.bucketized}
+    for name in warm.full_when.features or []:
+        if name not in checked:
+            raise ValueError(f"training.warm_start.full_when.features: {name!r} is not a vocabulary-encoded "
+                             f"categorical or a numeric feature with a fitted scaler (those are {sorted(checked)})")
 
 
 def _check_seasonal(spec: ModelSpec) -> None:

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from ml_assets.spec.base import ORCHESTRATION, PositiveInt, StrictModel
 from ml_assets.spec.pods import TrainingPodSpec
+from ml_assets.spec.warm_start import WarmStartSpec
 
 
 class CheckpointSpec(StrictModel):
@@ -107,6 +108,10 @@ class TrainingSpec(StrictModel):
     checkpoint: CheckpointSpec = CheckpointSpec()
     loader: LoaderSpec = LoaderSpec()
     seed: int = 0
+    warm_start: Annotated[WarmStartSpec | None, ORCHESTRATION] = Field(default=None, description=(
+        "each daily partition skips (nothing changed), fine-tunes the champion on the newest days, or retrains "
+        "from scratch (on a schedule, without a compatible champion, or when the data moved): docs/training.md, "
+        "'Daily retraining'. Unset: every partition trains from scratch"))
 
     @model_validator(mode="after")
     def _fsdp_needs_its_strategy(self) -> TrainingSpec:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ml_assets.trainer import code_pin
-from ml_assets.trainer.config import TrainConfig
+from ml_assets.trainer.config import DataRef, TrainConfig
 from ml_assets.trainer.contract import (
     ModelInputs,
     default_loss,
@@ -49,6 +49,32 @@ def build(cfg: TrainConfig, state: dict, batch: tuple[torch.Tensor, torch.Tensor
              "code": cfg.model_code}
     return Built(model, factory_loss(factory, cfg.model_factory, inputs), {"model_factory": entry},
                  cfg.model_factory)
+
+
+def load_parent(model: nn.Module, ref: DataRef) -> None:
+    """A fine-tune's starting point: the parent's exported weights, verified by sha256 and loaded
+    strictly (every parameter and buffer, of the same shape). ModelContractError says what does not
+    fit: the same on every restart, so the trainer refuses instead of crashing."""
+    from safetensors.torch import load as safetensors_load
+
+    from ml_assets.storage import IntegrityError, read_verified
+
+    try:
+        tensors = safetensors_load(read_verified(ref.uri, ref.sha256))
+    except IntegrityError as exc:
+        raise code_pin.ModelContractError(f"the parent's weights changed since they were registered: {exc}") from None
+    except OSError as exc:
+        raise code_pin.ModelContractError(f"the parent's weights {ref.uri} cannot be read: {exc}") from None
+    own = model.state_dict()
+    missing, extra = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+    shapes = [f"{k}: {tuple(tensors[k].shape)} vs {tuple(own[k].shape)}" for k in own
+              if k in tensors and tensors[k].shape != own[k].shape]
+    if missing or extra or shapes:
+        raise code_pin.ModelContractError(
+            f"the parent's weights {ref.uri} do not fit this model (fine-tune): missing {missing[:5]}, unexpected "
+            f"{extra[:5]}, other shapes {shapes[:5]}; the spec's model section or the factory changed since the "
+            "parent was trained")
+    model.load_state_dict(tensors, strict=True)
 
 
 def rebuild(meta: dict, code_path: str = "") -> nn.Module:

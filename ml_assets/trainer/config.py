@@ -132,6 +132,10 @@ class TrainConfig:
     deterministic: bool = option(False, spec="training.deterministic")
     """torch.use_deterministic_algorithms: bit-for-bit repeatable runs (and resumes), on CPU and CUDA
     (where the trainer sets CUBLAS_WORKSPACE_CONFIG for cuBLAS)."""
+    init_weights: DataRef | None = option(None, later=True)
+    """A fine-tune: the parent model's exported weights (model.safetensors, pinned by sha256), loaded
+    into the model before the first step (a resume then loads its own checkpoint over them). The
+    feature state is then the parent's, so every input means what it meant. None: random weights."""
     max_steps: int = option(0)
     """Stop after this many optimizer steps in all (0: run every epoch)."""
     data_mode: str = option("memory", streaming_only=True)
@@ -227,6 +231,8 @@ class TrainConfig:
         need(self.lease_ttl_seconds >= 3, f"lease_ttl_seconds must be >= 3, got {self.lease_ttl_seconds}")
         need(0 <= self.lease_wait_seconds <= MAX_LEASE_WAIT_SECONDS,
              f"lease_wait_seconds must be in [0, {MAX_LEASE_WAIT_SECONDS:g}], got {self.lease_wait_seconds}")
+        need(self.init_weights is None or len(self.init_weights.sha256) == 64,
+             "init_weights needs the parent weights' sha256")
         if self.model_factory:
             self._pin_code(problems)
         elif self.model_params or self.model_code:
@@ -274,6 +280,8 @@ class TrainConfig:
         for key in ("train_files", "val_files"):
             kept[key] = [{k: v for k, v in ref.items() if k != "commit"} for ref in kept[key]]
         kept["feature_state"] = {k: v for k, v in kept["feature_state"].items() if k != "commit"}
+        if kept.get("init_weights") is not None:  # the parent's bytes, wherever a copy of them is read
+            kept["init_weights"] = kept["init_weights"]["sha256"]
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
     @classmethod
@@ -285,6 +293,8 @@ class TrainConfig:
         for key in ("train_files", "val_files"):
             data[key] = [DataRef(**ref) for ref in data.get(key, [])]
         data["feature_state"] = DataRef(**data["feature_state"])
+        if data.get("init_weights") is not None:
+            data["init_weights"] = DataRef(**data["init_weights"])
         return cls(**data)
 
     @classmethod

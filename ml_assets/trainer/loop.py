@@ -265,5 +265,5 @@ class Trainer(CheckpointedTrainer):
             "samples_per_s": rows / loop, "data_wait_fraction": self.stats["data_wait_s"] / loop,
             "checkpoint_stall_s": self.stats["checkpoint_stall_s"], "checkpoints_written": self.stats["checkpoints"],
             "cpu_hours": cpu_s / 3600, "gpu_hours": gpus * wall / 3600, "wall_s": wall,
-            "steps_this_attempt": self.stats["steps"],
+            "steps_this_attempt": self.stats["steps"], "samples": int(rows),
         }

@@ -55,6 +55,7 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict
         torch_version=torch.__version__, ml_assets_version=_project_version(),
         config_fingerprint=p.fingerprint, history=p.history, checkpoint_lease=lease or {},
         wall_seconds=round(held, 3), cpu_rank_seconds=cpu_rank_s, gpu_rank_seconds=gpu_rank_s,
+        samples_processed=acct["samples"],
     ).pipes_metadata()
 
 

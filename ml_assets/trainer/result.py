@@ -49,6 +49,8 @@ class TrainingResult:
     """``wall_seconds`` times the ranks that ran on CPU (ml_assets.trainer.result.rank_seconds)."""
     gpu_rank_seconds: float | None = None
     """``wall_seconds`` times the ranks that ran on a GPU."""
+    samples_processed: int | None = None
+    """Training rows the ranks stepped through in this attempt, summed over ranks and epochs."""
 
     PATHS: ClassVar[tuple[str, ...]] = ("checkpoint_uri", "meta_uri", "checkpoint_dir")
     JSON: ClassVar[tuple[str, ...]] = ("history", "checkpoint_lease")

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 
-from ml_assets.trainer.build import build
+from ml_assets.trainer.build import build, load_parent
 from ml_assets.trainer.checkpoint import CheckpointManager
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.contract import SAMPLE_ROWS
@@ -70,6 +70,9 @@ class TrainerSetup:
             check_class_indices(self.val_t[2], cfg.classes, "validation")
         # The factory's module is tried on real rows: the validation rows, in memory in either data mode.
         built = build(cfg, self.state, (self.val_t[0][:SAMPLE_ROWS], self.val_t[1][:SAMPLE_ROWS]))
+        if cfg.init_weights is not None:  # before FSDP shards it: each rank keeps its share of the parent's
+            load_parent(built.model, cfg.init_weights)
+            log(f"fine-tuning from the parent's weights {cfg.init_weights.uri} (sha256 {cfg.init_weights.sha256[:12]})")
         self.model, self.model_rebuild, self.model_name = built.model.to(rt.device), built.rebuild, built.name
         self.param_names = [name for name, _ in self.model.named_parameters()]
         self.net = wrap(self.model, cfg, rt, log)

@@ -8,7 +8,7 @@ import json
 import signal
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -27,15 +27,23 @@ from ml_assets.training.trainer_config import train_config
 from ml_assets.training.tuned import Tuned
 from ml_assets.training.window import Window
 
+if TYPE_CHECKING:
+    from ml_assets.training.warm import Plan
 
-def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned | None) -> TrainConfig:
-    """The trainer's config; checkpoints keyed by the config's fingerprint (a re-run resumes)."""
+
+def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned | None,
+              fine_tune: dict[str, Any] | None = None) -> TrainConfig:
+    """The trainer's config; checkpoints keyed by the config's fingerprint (a re-run resumes).
+    ``fine_tune``: the fields a fine-tune sets over the spec's and the tuned values (its epochs,
+    learning rate and the parent's weights)."""
     layout = Layout.of(step.spec)
     try:  # a factory's code is pinned as the config is made, then tried before anything is launched
         cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
                            layout.output_dir(checkpoint_root, step.partition, step.run_id),
                            tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}",
                            data_mode=prepared.data.mode)
+        if fine_tune:
+            cfg = dataclasses.replace(cfg, **fine_tune)
         check_model(cfg)
     except ValueError as exc:
         raise step.failure(exc) from None
@@ -83,7 +91,7 @@ def check_outcome(step: Step, outcome: TrainingOutcome, cfg: TrainConfig) -> Non
 
 def checkpoint_record(step: Step, result: TrainingResult, window: Window, records: dict[str, FeaturesRecord],
                       prepared: Prepared, cfg: TrainConfig, tuned: Tuned | None,
-                      progress: list[dict[str, Any]]) -> CheckpointRecord:
+                      progress: list[dict[str, Any]], plan: Plan | None = None) -> CheckpointRecord:
     return CheckpointRecord(
         result=result, repository=step.spec.repository,
         train_days=[d.isoformat() for d in window.train_days], val_days=[d.isoformat() for d in window.val_days],
@@ -92,4 +100,15 @@ def checkpoint_record(step: Step, result: TrainingResult, window: Window, record
         features=feature_columns(step.spec), training_config=json.loads(cfg.to_json()),
         hyperparameters=tuned.as_metadata() if tuned else {"source": "the spec's training section"},
         data=prepared.data.as_metadata(),
-        progress=[{k: m[k] for k in ("step", "loss", "samples_per_s", "lr", "time")} for m in progress])
+        progress=[{k: m[k] for k in ("step", "loss", "samples_per_s", "lr", "time")} for m in progress],
+        decision=plan.decision.as_metadata() if plan else {}, inputs_sha256=plan.inputs_sha256 if plan else "",
+        warm_start_key=plan.key if plan else {})
+
+
+def skip_metadata(plan: Plan) -> dict[str, Any]:
+    """What a skipped partition's observation says: the decision, the version holding the result,
+    and a cost of nothing."""
+    return {"training_decision": plan.decision.kind, "training_decision_reason": plan.decision.reason,
+            "decision": dg.MetadataValue.json(plan.decision.as_metadata()),
+            "holder_version": plan.decision.holder, "inputs_sha256": plan.inputs_sha256,
+            "wall_seconds": 0.0, "cpu_rank_seconds": 0.0, "gpu_rank_seconds": 0.0, "samples_processed": 0}

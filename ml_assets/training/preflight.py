@@ -18,3 +18,23 @@ def check_model(cfg: TrainConfig) -> None:
     inputs = ModelInputs.from_state(read_state(cfg.feature_state), cfg.task, cfg.classes)
     _, factory = make_custom(cfg.model_factory, cfg.model_params, inputs, cfg.model_code_path)
     factory_loss(factory, cfg.model_factory, inputs)
+
+
+def check_parent(cfg: TrainConfig) -> str:
+    """A fine-tune's model built (on the validation rows' first few) and its parent's weights loaded
+    into it, before anything is launched: what does not fit, or "" when they fit. A parent whose
+    bytes no longer match their sha256 raises IntegrityError."""
+    from ml_assets.storage import read_verified
+    from ml_assets.trainer.build import build, load_parent
+    from ml_assets.trainer.code_pin import ModelContractError
+    from ml_assets.trainer.contract import SAMPLE_ROWS
+    from ml_assets.trainer.data import read_frame, read_state, to_tensors
+
+    read_verified(cfg.init_weights.uri, cfg.init_weights.sha256)  # IntegrityError names both hashes
+    state = read_state(cfg.feature_state)
+    numeric, categorical, _ = to_tensors(read_frame(cfg.val_files[:1]).head(SAMPLE_ROWS), state)
+    try:
+        load_parent(build(cfg, state, (numeric, categorical)).model, cfg.init_weights)
+    except ModelContractError as exc:
+        return str(exc)
+    return ""

@@ -28,9 +28,12 @@ class Prepared:
 
 
 def prepare(spec: ModelSpec, records: Mapping[str, FeaturesRecord], train_days: list[str], val_days: list[str],
-            artifacts: ArtifactStoreResource, state_prefix: str, check_validation: bool = True) -> Prepared:
-    """``records``: the features record of each day, by ISO day. Raises ValueError (a feature file
-    that no longer matches its sha256, too few validation rows) naming what is wrong."""
+            artifacts: ArtifactStoreResource, state_prefix: str, check_validation: bool = True,
+            state: ArtifactRef | None = None, extra_train: list[DataRef] = ()) -> Prepared:
+    """``records``: the features record of each day, by ISO day. ``state``: a fitted state to keep
+    (a fine-tune's parent's) instead of fitting one; ``extra_train``: more files to train on (a
+    fine-tune's replay sample). Raises ValueError (a feature file that no longer matches its
+    sha256, too few validation rows) naming what is wrong."""
     import datetime as dt
 
     from ml_assets.features import state as feature_state
@@ -38,15 +41,25 @@ def prepare(spec: ModelSpec, records: Mapping[str, FeaturesRecord], train_days: 
     from ml_assets.trainer.data import read_frame  # torch: imported when training runs
     from ml_assets.training.window import check_rows
 
-    train = [records[d].ref(d) for d in train_days]
+    train = [records[d].ref(d) for d in train_days] + list(extra_train)
     val = [records[d].ref(d) for d in val_days]
     training = spec.training
-    data = choose_data_mode(training, sum(records[d].bytes for d in [*train_days, *val_days]))
+    extra_bytes = sum(_size(ref.uri) for ref in extra_train)
+    data = choose_data_mode(training, sum(records[d].bytes for d in [*train_days, *val_days]) + extra_bytes)
     if check_validation:  # the last few days: in memory, whatever the mode
         check_rows(spec, read_frame(val), "validation days", tuple(dt.date.fromisoformat(d) for d in val_days),
                    "training.min_validation_rows", training.min_validation_rows, "training.validation_days",
                    training.validation_days)
+    if state is not None:
+        return Prepared(train, val, state, data)
     with tempfile.TemporaryDirectory(prefix="ml_assets-fit-") as cache:  # remote files, copied as verified
         rows = read_frame(train) if data.mode == "memory" else scan_verified(train, cache)
         state = feature_state.fit_state(rows, spec.features, spec.target.name, spec.target.task)
     return Prepared(train, val, artifacts.put(state_prefix, feature_state.state_bytes(state), ".json"), data)
+
+
+def _size(uri: str) -> int:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(uri)
+    return int(fs.size(path))

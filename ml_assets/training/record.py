@@ -35,6 +35,15 @@ class CheckpointRecord(Record):
     data: dict[str, Any] = field("json", default_factory=dict)
     """How the trainer read the window: {"mode": memory | streaming, "asked": training.data,
     "window_bytes", "reason"}; empty in records from before streaming."""
+    decision: dict[str, Any] = field("json", default_factory=dict)
+    """The partition's training decision (ml_assets.training.decision.Decision.as_metadata): kind
+    (full, fine_tune), reason, the parent, the data checks, the fine-tune days; empty in records from
+    before decisions (a full training)."""
+    inputs_sha256: str = ""
+    """What the training started from (ml_assets.training.decision.inputs_key): a later partition
+    with the same key skips."""
+    warm_start_key: dict[str, str] = field("json", default_factory=dict)
+    """What a fine-tune of these weights must match (ml_assets.training.decision.warm_start_key)."""
 
     def to_metadata(self) -> dict[str, Any]:
         from ml_assets.training.launcher import metadata_from_pipes
@@ -42,7 +51,9 @@ class CheckpointRecord(Record):
         window = super().to_metadata()
         del window["result"]
         # The trainer's fields as the step received them through Pipes, typed the same way.
-        return {**metadata_from_pipes(self.result.pipes_metadata()), **window}
+        # The decision's kind and reason first among the window's fields: what the UI's list shows.
+        said = {"training_decision": self.decision_kind, "training_decision_reason": self.decision.get("reason", "")}
+        return {**metadata_from_pipes(self.result.pipes_metadata()), **said, **window}
 
     @classmethod
     def from_metadata(cls, values: Mapping[str, Any]) -> Self:
@@ -51,6 +62,20 @@ class CheckpointRecord(Record):
         window = {f.name: decode(f, unwrap(values[f.name])) for f in dataclasses.fields(cls)
                   if f.name != "result" and f.name in values}
         return cls(result=result, **window)
+
+    @property
+    def decision_kind(self) -> str:
+        return self.decision.get("kind", "full")
+
+    @property
+    def parent(self) -> dict[str, Any]:
+        """A fine-tune's parent: {"version", "partition", "weights_sha256", "decision", "chain_start"}; else {}."""
+        return self.decision.get("parent", {}) if self.decision_kind == "fine_tune" else {}
+
+    def chain_start(self, partition: str) -> str:
+        """The partition of the full training this training (of ``partition``) descends from: its own
+        when it is a full training."""
+        return self.parent.get("chain_start") or partition if self.parent else partition
 
     @property
     def streamed(self) -> bool:

@@ -1,0 +1,107 @@
+"""Daily retraining through the real assets, registry and promote job (training.warm_start): a
+first full training, fine-tunes of the champion that start from its registered weights and keep its
+feature state, a scheduled full retrain, and a re-run partition that skips; each decision recorded
+on the checkpoint and the version; lineage walks the chain and reproduce rebuilds a fine-tune bit
+for bit from its parent, and with --chain from the last full training."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+import pytest
+from mlflow.tracking import MlflowClient
+
+from ml_assets import audit
+from ml_assets.definitions import build_definitions
+from ml_assets.lineage import trace
+from ml_assets.promotion.config import promotion_run_config
+from ml_assets.settings import load_settings
+from ml_assets.spec.loading import load_spec
+from ml_assets.versioning import LocalVersionStore
+from ml_assets_tests.helpers import flights_files, small_training, write_spec
+
+pytestmark = pytest.mark.torchrun
+
+FIRST = dt.date(2013, 3, 8)
+PARTITIONS = [FIRST + dt.timedelta(days=n) for n in range(4)]
+INGEST = ("raw_data", "validated_snapshot", "features")
+
+
+def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_bit_for_bit(
+        home, tmp_path, spec_dict, monkeypatch):
+    data = small_training(spec_dict, window_days=4, epochs=2)
+    # A 3-day window has not seen every weekday: its vocabulary would send the next day to a full retrain.
+    data["training"]["warm_start"] = {"days": 1, "epochs": 1, "replay_fraction": 0.2, "full_every_days": 3,
+                                      "processes_per_node": 1,
+                                      "full_when": {"features": ["carrier", "dest", "distance", "temp"]}}
+    # Models this small are near chance: every candidate is promoted, so each partition has a champion.
+    data["promotion"].update(min_improvement=-1.0, max_slice_regression=1.0, max_calibration_worsening=1.0)
+    days = [FIRST - dt.timedelta(days=n) for n in range(4, 0, -1)] + PARTITIONS
+    data["source"] = flights_files(tmp_path / "data", days)
+    spec_path = write_spec(tmp_path / "models", data)
+    monkeypatch.setenv("ML_ASSETS_MODELS_DIR", str(tmp_path / "models"))
+    defs = build_definitions(load_settings())
+    instance = dg.DagsterInstance.get()
+    daily, promote = defs.resolve_job_def("flights_delay_daily"), defs.resolve_job_def("flights_delay_promote")
+    key = lambda stage: dg.AssetKey(["flights_delay", stage])  # noqa: E731
+    for day in days[:4]:
+        assert daily.execute_in_process(partition_key=day.isoformat(), instance=instance,
+                                        asset_selection=[key(s) for s in INGEST]).success
+    settings = load_settings()
+    client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
+    spec = load_spec(spec_path)
+
+    records = {}
+    for day in PARTITIONS:
+        result = daily.execute_in_process(partition_key=day.isoformat(), instance=instance)
+        [event] = result.asset_materializations_for_node("flights_delay__trained_checkpoint")
+        records[day] = {k: v.value for k, v in event.metadata.items()}
+        [registered] = result.asset_materializations_for_node("flights_delay__registered_model")
+        version = registered.metadata["model_version"].value
+        assert promote.execute_in_process(instance=instance, run_config=promotion_run_config(
+            spec, "promote", version, "the gate passed", "pytest")).success
+
+    kinds = [records[d]["training_decision"] for d in PARTITIONS]
+    assert kinds == ["full", "fine_tune", "fine_tune", "full"], [records[d]["training_decision_reason"] for d in PARTITIONS]
+    assert "no @champion" in records[PARTITIONS[0]]["training_decision_reason"]
+    assert "scheduled" in records[PARTITIONS[3]]["training_decision_reason"]
+    fine = records[PARTITIONS[2]]
+    # The parent's feature state, unchanged: its inputs mean what they meant.
+    assert fine["feature_state_sha256"] == records[PARTITIONS[1]]["feature_state_sha256"] \
+        == records[PARTITIONS[0]]["feature_state_sha256"]
+    assert records[PARTITIONS[3]]["feature_state_sha256"] != fine["feature_state_sha256"]
+    assert fine["decision"]["parent"]["version"] == "2" and fine["decision"]["fine_tune_days"] == [
+        (PARTITIONS[2] - dt.timedelta(days=2)).isoformat()]
+    assert fine["decision"]["replay"]["rows"] > 0 and fine["world_size"] == 1
+    assert fine["samples_processed"] < records[PARTITIONS[0]]["samples_processed"]
+    for record in records.values():
+        assert record["cpu_rank_seconds"] > 0 and record["samples_processed"] > 0
+
+    v3 = client.get_model_version("flights_delay", "3")
+    assert v3.tags["training_decision"] == "fine_tune" and v3.tags["parent_version"] == "2"
+    assert v3.tags["parent_checkpoint_sha256"] == client.get_model_version("flights_delay", "2").tags["checkpoint_sha256"]
+    assert v3.tags["chain_start_partition"] == PARTITIONS[0].isoformat()
+    run = client.get_run(v3.run_id)
+    assert run.data.metrics["training_samples_processed"] == fine["samples_processed"]
+
+    # A re-run of a trained partition: the same inputs, nothing trained, evaluated or registered.
+    again = daily.execute_in_process(partition_key=PARTITIONS[3].isoformat(), instance=instance)
+    assert not again.asset_materializations_for_node("flights_delay__trained_checkpoint")
+    assert not again.asset_materializations_for_node("flights_delay__registered_model")
+    [observed] = [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observed.event_specific_data.asset_observation.metadata["holder_version"].value == "4"
+    assert len(client.search_model_versions("name='flights_delay'")) == 4
+
+    store = LocalVersionStore(settings.version_store_root)
+    lineage = trace(client, store, "flights_delay", version="3")
+    assert lineage.versions == ["3", "2", "1"]
+    assert not lineage.mismatches and not [c for c in lineage.checks if c.status == "unreachable"]
+    assert any(c.what == "v3 started from v2's registered weights" and c.status == "ok" for c in lineage.checks)
+    assert {d["role"] for d in lineage.chain["days"]} == {"train", "replay", "validation"}
+
+    workdir = tmp_path / "reproduce"
+    single = audit.reproduce(client, "flights_delay", "3", workdir, "unused")
+    assert single.identical, single.reasons
+    chain = audit.reproduce_chain(client, "flights_delay", "3", workdir, "unused")
+    assert [r.version for r in chain] == ["1", "2", "3"] and all(r.identical for r in chain), [r.reasons for r in chain]
+    assert json.loads(v3.tags["warm_start_key"]).keys() == {"features", "target", "model"}
