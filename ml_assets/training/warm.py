@@ -18,6 +18,7 @@ import dagster as dg
 
 from ml_assets.features.record import FeaturesRecord
 from ml_assets.layout import FEATURE_STATE_FILE, WEIGHTS_FILE, Layout
+from ml_assets.records.runs import REASON_TAG, RETRAIN_TAG
 from ml_assets.resources import ArtifactStoreResource
 from ml_assets.step import Step
 from ml_assets.trainer.config import DataRef, TrainConfig
@@ -63,7 +64,8 @@ def plan(context: dg.AssetExecutionContext, run: Step, win: Window, records: dic
     train_days, val_days = [d.isoformat() for d in win.train_days], [d.isoformat() for d in win.val_days]
     inputs = D.inputs_key(spec, {d: r.sha256 for d, r in records.items()}, tuned.params if tuned else {},
                           code_version)
-    holder = version_with_inputs(client, spec.name, inputs) if warm is not None else None
+    evidence = context.run.tags.get(RETRAIN_TAG) == "degradation"
+    holder = version_with_inputs(client, spec.name, inputs) if warm is not None and not evidence else None
     if holder is not None:
         tags = dict(holder.tags)
         return Plan(D.Decision(D.SKIP, f"version {holder.version} (partition {tags.get('partition', '?')}) was trained "
@@ -74,6 +76,10 @@ def plan(context: dg.AssetExecutionContext, run: Step, win: Window, records: dic
     key = D.warm_start_key(spec, probe)
     found = _parent(client, spec) if warm is not None else None
     decision = D.decide(spec, run.partition, found[0] if found else None, key, None)
+    if evidence and warm is not None:  # the monitor saw the champion degrade: what it learned is in question
+        reason = context.run.tags.get(REASON_TAG, "model_monitor crossed a blocking limit")
+        decision = D.Decision(D.FULL, f"retraining on evidence (retrain.on: on_degradation): {reason}",
+                              found[0] if found else None)
     if decision.kind == D.FINE_TUNE:
         fine = _fine_tune(context, run, win, records, artifacts, client, checkpoint_root, tuned, found, key)
         if isinstance(fine, Plan):

@@ -91,6 +91,12 @@ def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_
     [observed] = [e for e in again.all_events if e.event_type_value == "ASSET_OBSERVATION"]
     assert observed.event_specific_data.asset_observation.metadata["holder_version"].value == "4"
     assert len(client.search_model_versions("name='flights_delay'")) == 4
+    # The monitor's evidence that the champion degraded is a reason to train from scratch, never to skip.
+    evidence = daily.execute_in_process(partition_key=PARTITIONS[3].isoformat(), instance=instance, tags={
+        "ml_assets/retrain": "degradation", "ml_assets/retrain_reason": "model_monitor 2013-03-11: blocked"})
+    [event] = evidence.asset_materializations_for_node("flights_delay__trained_checkpoint")
+    assert event.metadata["training_decision"].value == "full"
+    assert "retraining on evidence" in event.metadata["training_decision_reason"].value
 
     store = LocalVersionStore(settings.version_store_root)
     lineage = trace(client, store, "flights_delay", version="3")
