@@ -34,6 +34,7 @@ pytestmark = pytest.mark.torchrun
 
 
 def _train(root: Path, data: dict, nproc: int = 2, **fields) -> tuple[Path, str]:
+    root.mkdir(parents=True, exist_ok=True)
     write_config(root / "config.json", data, output_dir=str(root / "out"), **fields)
     proc = run(torchrun_args(root / "config.json", nproc=nproc))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -146,3 +147,24 @@ def test_the_step_checks_the_parent_before_launching_what_does_not_fit_or_change
     with pytest.raises(IntegrityError, match=f"expected {ref.sha256}"):
         check_parent(TrainConfig(**new, output_dir="/nowhere", init_weights=DataRef(uri=str(copy), sha256=ref.sha256),
                                  **RECIPE))
+
+
+def test_a_streamed_fine_tune_resumes_after_sigkill_to_the_uninterrupted_bits(parent, tmp_path):
+    import polars as pl
+
+    from ml_assets_tests.trainer.test_streaming import split
+
+    new, ref = parent
+    rows = pl.read_parquet(new["train_files"][0].uri)
+    streamed = {**new, "train_files": split(rows, tmp_path, [600, 400], row_group_size=100)}
+    fields = dict(RECIPE, data_mode="streaming", shuffle_buffer_rows=300, checkpoint_every_steps=5, init_weights=ref)
+    whole, log = _train(tmp_path / "whole", streamed, **fields)
+    assert "streaming 10 row groups of 2 file(s)" in log and "fine-tuning from the parent's weights" in log
+    write_config(tmp_path / "config.json", streamed, output_dir=str(tmp_path / "out"), **fields)
+    proc = start(torchrun_args(tmp_path / "config.json", nproc=2), tmp_path / "first.log")
+    wait_for(lambda: any(c["rows_in_epoch"] > 0 for c in complete_checkpoints(tmp_path / "out" / "checkpoints")),
+             what="a mid-epoch checkpoint")
+    kill_tree(proc, signal.SIGKILL)
+    again = run(torchrun_args(tmp_path / "config.json", nproc=2))
+    assert again.returncode == 0 and "resumed from" in again.stderr, again.stderr[-3000:]
+    assert weights(tmp_path / "out") == weights(whole)
