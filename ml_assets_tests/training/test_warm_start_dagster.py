@@ -6,6 +6,8 @@ for bit from its parent, and with --chain from the last full training."""
 
 import datetime as dt
 import json
+import subprocess
+import sys
 
 import dagster as dg
 import pytest
@@ -18,7 +20,7 @@ from ml_assets.promotion.config import promotion_run_config
 from ml_assets.settings import load_settings
 from ml_assets.spec.loading import load_spec
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.helpers import flights_files, small_training, write_spec
+from ml_assets_tests.helpers import cli_env, flights_files, small_training, write_spec
 
 pytestmark = pytest.mark.torchrun
 
@@ -108,6 +110,16 @@ def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_
     workdir = tmp_path / "reproduce"
     single = audit.reproduce(client, "flights_delay", "3", workdir, "unused")
     assert single.identical, single.reasons
-    chain = audit.reproduce_chain(client, "flights_delay", "3", workdir, "unused")
-    assert [r.version for r in chain] == ["1", "2", "3"] and all(r.identical for r in chain), [r.reasons for r in chain]
+    # The chain through the command line, as a user rebuilds it.
+    chain = subprocess.run([sys.executable, "-m", "ml_assets.cli", "reproduce", "flights_delay", "--version", "3",
+                            "--chain", "--workdir", str(tmp_path / "chain")],
+                           capture_output=True, text=True, timeout=600, env=cli_env())
+    assert chain.returncode == 0, chain.stderr[-3000:]
+    assert [line.split(":")[0] for line in chain.stdout.splitlines()] == [
+        f"flights_delay version {v}" for v in ("1", "2", "3")]
+    assert "version 3: reproduced bit for bit" in chain.stdout and "started from the reproduced parent" in chain.stdout
+    shown = subprocess.run([sys.executable, "-m", "ml_assets.cli", "lineage", "flights_delay", "--version", "3"],
+                           capture_output=True, text=True, timeout=300, env=cli_env())
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "chain: version 3 <- 2 <- 1, back to the full training of partition 2013-03-08" in shown.stdout
     assert json.loads(v3.tags["warm_start_key"]).keys() == {"features", "target", "model"}
