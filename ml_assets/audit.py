@@ -1,5 +1,6 @@
 """What ``ml-assets audit`` and ``ml-assets reproduce`` read and check: a registered version's
-lineage, its evaluation evidence, the checks each of its data days passed, its promotion history
+lineage, how it was trained (full, or fine-tuned along a chain back to a full training), its
+evaluation evidence, the checks each of its data days passed, its promotion history
 and the pins that rebuild it."""
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
         "is_champion": champion is not None and str(champion.version) == chain["version"],
         "registered": {"source": mv.source, "mlflow_run_id": mv.run_id, "partition": tags.partition,
                        "dagster_run_id": tags.dagster_run_id, "dagster_run_url": tags.dagster_run_url},
+        "training": {**training_chain(client, model, chain["version"]), **_fine_tune(chain.get("decision") or {})},
         "evidence": {
             "gate": gate and gate.gate, "gate_reason": gate and gate.gate_reason,
             "compared_with_champion": gate and gate.gate_champion_version,
@@ -69,6 +71,74 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
     }
 
 
+def training_chain(client, model: str, version: str) -> dict[str, Any]:
+    """How a version was trained (full or fine_tune, and why; a version from before decisions was a full
+    training) and the chain its weights went through, oldest (the full training) first: each version's
+    partition, decision and weights, and whether it started from its parent's registered weights (its
+    ``parent_checkpoint_sha256`` tag against the parent's ``checkpoint_sha256``); then every training
+    day's data commit along the chain, with the versions whose window held it. A chain whose parent cannot be
+    found is the version alone, and ``broken`` says why."""
+    mv = registry.get_version(client, model, version)
+    try:
+        versions, broken = chain_of(client, model, str(mv.version)), None
+    except registry.RegistryError as exc:
+        versions, broken = [mv], str(exc)
+    links: list[dict[str, Any]] = []
+    days: dict[tuple[str, str], list[str]] = {}
+    parent: VersionTags | None = None
+    for link in versions:
+        tags = VersionTags.from_tags(link.tags)
+        links.append({"version": str(link.version), "partition": tags.partition,
+                      "decision": tags.training_decision or "full", "reason": tags.training_decision_reason,
+                      "weights_sha256": tags.checkpoint_sha256, "parent_version": tags.parent_version or None,
+                      "started_from_sha256": tags.parent_checkpoint_sha256 or None,
+                      "started_from_parent_weights": None if parent is None
+                      else tags.parent_checkpoint_sha256 == parent.checkpoint_sha256})
+        for day, commit in tags.data_commits.items():
+            days.setdefault((day, commit), []).append(str(link.version))
+        parent = tags
+    own = links[-1]
+    return {"decision": own["decision"], "reason": own["reason"],
+            "recorded": bool(VersionTags.from_tags(mv.tags).training_decision), "chain": links, "broken": broken,
+            "data_commits": [{"day": d, "commit": c, "versions": v} for (d, c), v in sorted(days.items())]}
+
+
+def _fine_tune(decision: dict[str, Any]) -> dict[str, Any]:
+    """What a fine-tune trained on, from its registered training/decision.json (None for a full training)."""
+    if decision.get("kind") != "fine_tune" or "fine_tune_days" not in decision:
+        return {"fine_tune": None}
+    return {"fine_tune": {"days": decision["fine_tune_days"], "epochs": decision.get("epochs"),
+                          "learning_rate": decision.get("learning_rate"),
+                          "replay_rows": (decision.get("replay") or {}).get("rows", 0)}}
+
+
+def render_training(t: dict[str, Any]) -> list[str]:
+    """The audit's "Training" section: the decision and, for a fine-tune, its chain and data commits."""
+    if t["decision"] != "fine_tune":
+        why = t["reason"].rstrip(".") if t["recorded"] else "registered before training decisions were recorded"
+        return ["## Training: full", "", f"A full training, from scratch: {why}."]
+    parent = t["chain"][-1]["parent_version"] or "(none recorded)"
+    out = ["## Training: fine_tune", "", f"Fine-tuned from version {parent}: {t['reason'].rstrip('.')}."]
+    if ft := t["fine_tune"]:
+        out.append(f"It trained {ft['epochs']} epoch(s) at learning rate {ft['learning_rate']} on "
+                   f"{', '.join(ft['days'])}, with {ft['replay_rows']} replayed row(s) of older days.")
+    if t["broken"]:
+        out += ["", f"**Its chain cannot be followed**: {t['broken']}"]
+    out += ["", "Its weights went through these trainings, oldest first (the chain back to the last full training):",
+            "", "| version | partition | decision | weights sha256 | started from the parent's registered weights |",
+            "|---|---|---|---|---|"]
+    for link in t["chain"]:
+        same = link["started_from_parent_weights"]
+        started = ("-" if same is None else "yes" if same else
+                   f"**NO**: started from {(link['started_from_sha256'] or 'unrecorded')[:16]}")
+        out.append(f"| {link['version']} | {link['partition']} | {link['decision']} | "
+                   f"`{link['weights_sha256'][:16]}` | {started} |")
+    out += ["", "Every training day's data commit along the chain (each version's window, its data_commits tag):",
+            "", "| day | main commit | in the window of versions |", "|---|---|---|"]
+    out += [f"| {d['day']} | {d['commit'][:12]} | {', '.join(d['versions'])} |" for d in t["data_commits"]]
+    return out
+
+
 def _report_evidence(report: EvaluationReport | None) -> dict[str, Any]:
     """What the audit shows of the evaluation report, as JSON (None where there is no report)."""
     if report is None:
@@ -89,7 +159,7 @@ def render_markdown(a: dict[str, Any]) -> str:
     out = [f"# Audit: {a['model']} version {a['version']} ({aliases})", "",
            f"Registered from partition {a['registered']['partition']} by Dagster run "
            f"{a['registered']['dagster_run_id']} ({a['registered']['dagster_run_url']}); MLflow run "
-           f"{a['registered']['mlflow_run_id']}.", "", "## Evidence", "",
+           f"{a['registered']['mlflow_run_id']}.", "", *render_training(a["training"]), "", "## Evidence", "",
            f"Promotion gate: **{ev['gate']}** against champion {ev['compared_with_champion']}: {ev['gate_reason']}", ""]
     if ev["metrics"]:
         primary = ev["primary_metric"]

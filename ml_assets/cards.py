@@ -1,6 +1,7 @@
 """Model cards (Mitchell et al. 2019, "Model Cards for Model Reporting"), one per registered
 version, generated from the records rather than written by hand: the spec (intended use, owner,
-features, the card section), the version's tags (training window, data commits, pins), its
+features, the card section), the version's tags (training window, data commits, pins, how it was
+trained: full, or fine-tuned along a chain of versions), its
 evaluation report (metrics with intervals, baselines, the champion then, slices, the gate), the
 promotion log (decisions and history) and the evaluation's plots.
 
@@ -36,6 +37,7 @@ PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion_matrix
 def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> dict[str, Any]:
     """Everything a card shows of one version (``report``: its EvaluationReport, None without one). ``promotions``: the promotion log's records
     (ml_assets.promotion.moves.history); those naming this version are kept."""
+    from ml_assets.audit import training_chain
     from ml_assets.registry import versions as registry
 
     mv = registry.get_version(client, spec.name, version)
@@ -53,6 +55,7 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
         "architecture": tags.model_factory or spec.model.family_name,
         "source": spec.source.kind, "partition": tags.partition, "registered_at": mv.creation_timestamp,
         "data_commits": tags.data_commits, "skipped_days": tags.skipped_days,
+        "training": training_chain(client, spec.name, str(mv.version)),
         "hyperparameters": {
             k: config[k] for k in ("epochs", "batch_size", "learning_rate", "weight_decay", "hidden_sizes", "dropout",
                                    "model_params") if config.get(k) not in (None, {}, [])},
@@ -75,8 +78,22 @@ def limits(card: dict[str, Any]) -> list[str]:
     for clause in report.gate.clauses if report and report.gate else ():
         if not clause.ok:
             found.append(f"failed at registration: {clause.detail or clause.name}")
+    found += _chain_limits(card.get("training"))
     found += card["card"]["considerations"]
     return found
+
+
+def _chain_limits(training: dict[str, Any] | None) -> list[str]:
+    """A fine-tune whose chain is broken, or one of whose trainings did not start from its parent's
+    registered weights."""
+    if not training or training["decision"] != "fine_tune":
+        return []
+    if training["broken"]:
+        return [f"its chain of trainings cannot be followed: {training['broken']}"]
+    chain = training["chain"]
+    return [f"version {child['version']} started from weights (sha256 {(child['started_from_sha256'] or '?')[:16]}) "
+            f"that are not version {parent['version']}'s registered weights ({parent['weights_sha256'][:16]})"
+            for parent, child in zip(chain, chain[1:], strict=False) if child["started_from_parent_weights"] is False]
 
 
 def _evaluation_limits(report: EvaluationReport) -> list[str]:
@@ -103,12 +120,35 @@ def _evaluation_limits(report: EvaluationReport) -> list[str]:
     return found
 
 
+def training_lines(card: dict[str, Any]) -> list[str]:
+    """How the version was trained, in a few lines: full (and why), or the fine-tune of which parent
+    (and why) and the chain of trainings its weights carry, back to the last full one."""
+    t = card["training"]
+    if t["decision"] != "fine_tune":
+        why = t["reason"].rstrip(".") if t["recorded"] else "registered before training decisions were recorded"
+        return [f"**Training**: a full training, from scratch: {why}."]
+    chain = t["chain"]
+    parent = chain[-2] if len(chain) > 1 else {"version": chain[-1]["parent_version"], "partition": "?"}
+    out = [f"**Training**: fine-tuned from version {parent['version']} (partition {parent['partition']}), "
+           f"starting from its weights: {t['reason'].rstrip('.')}."]
+    if t["broken"]:
+        return [*out, "", f"Its chain cannot be followed: {t['broken']}."]
+    steps = [f"version {link['version']} ({'a full training' if link['decision'] != 'fine_tune' else 'a fine-tune'}"
+             f" for {link['partition']})" for link in chain]
+    steps[-1] = steps[-1].replace("(", "(this one: ", 1)
+    return [*out, "", f"Its weights carry {len(chain)} trainings, back to the last full one: {' → '.join(steps)}. "
+            f"`ml-assets audit {card['model']} --version {card['version']}` lists each day they trained on with "
+            f"its data commit; `ml-assets reproduce {card['model']} --version {card['version']} --chain` rebuilds "
+            "them in order."]
+
+
 def render_markdown(card: dict[str, Any]) -> str:
     report, pins = card["report"], card["pins"]
     aliases = ", ".join(f"@{a}" for a in card["aliases"]) or "no alias"
     status = "in production (@champion)" if card["is_champion"] else aliases
     out = [f"# Model card: {card['model']} version {card['version']}", "",
            f"**Status**: {status}. **Owner**: {card['owner']} (team {card['team']}). **Trained for** partition {card['partition']}.", "",
+           *training_lines(card), "",
            "## Intended use", "", card["card"]["intended_use"] or card["description"] or "(the spec says nothing)"]
     if card["card"]["out_of_scope"]:
         out += ["", "Not for:", *[f"- {x}" for x in card["card"]["out_of_scope"]]]

@@ -63,12 +63,13 @@ class Parent:
 
     @classmethod
     def from_tags(cls, version: str, tags: Mapping[str, str]) -> Parent:
-        decision = tags.get("training_decision") or FULL
-        partition = tags.get("partition", "")
-        return cls(version=str(version), partition=partition, weights_sha256=tags.get("checkpoint_sha256", ""),
-                   feature_state_sha256=tags.get("feature_state_sha256", ""), decision=decision,
-                   chain_start=tags.get("chain_start_partition") or partition,
-                   key=json.loads(tags.get("warm_start_key") or "{}"))
+        """From a registered version's tags (ml_assets.registry.record.VersionTags)."""
+        from ml_assets.registry.record import VersionTags
+
+        t = VersionTags.from_tags(tags)
+        return cls(version=str(version), partition=t.partition, weights_sha256=t.checkpoint_sha256,
+                   feature_state_sha256=t.feature_state_sha256, decision=t.training_decision or FULL,
+                   chain_start=t.chain_start_partition or t.partition, key=dict(t.warm_start_key))
 
 
 @dataclass(frozen=True)

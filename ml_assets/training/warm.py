@@ -18,7 +18,8 @@ import dagster as dg
 
 from ml_assets.features.record import FeaturesRecord
 from ml_assets.layout import FEATURE_STATE_FILE, WEIGHTS_FILE, Layout
-from ml_assets.records.runs import REASON_TAG, RETRAIN_TAG
+from ml_assets.records.runs import RetrainTags
+from ml_assets.registry.record import VersionTags
 from ml_assets.resources import ArtifactStoreResource
 from ml_assets.step import Step
 from ml_assets.trainer.config import DataRef, TrainConfig
@@ -64,20 +65,21 @@ def plan(context: dg.AssetExecutionContext, run: Step, win: Window, records: dic
     train_days, val_days = [d.isoformat() for d in win.train_days], [d.isoformat() for d in win.val_days]
     inputs = D.inputs_key(spec, {d: r.sha256 for d, r in records.items()}, tuned.params if tuned else {},
                           code_version)
-    evidence = context.run.tags.get(RETRAIN_TAG) == "degradation"
+    retrain = RetrainTags.from_tags(context.run.tags)
+    evidence = retrain is not None and retrain.why == "degradation"
     holder = version_with_inputs(client, spec.name, inputs) if warm is not None and not evidence else None
     if holder is not None:
-        tags = dict(holder.tags)
-        return Plan(D.Decision(D.SKIP, f"version {holder.version} (partition {tags.get('partition', '?')}) was trained "
+        tags = VersionTags.from_tags(holder.tags)
+        return Plan(D.Decision(D.SKIP, f"version {holder.version} (partition {tags.partition or '?'}) was trained "
                                        "from the same feature bytes, spec, tuned parameters and code; nothing new to train",
-                               holder=str(holder.version)), inputs, json.loads(tags.get("warm_start_key") or "{}"), run)
+                               holder=str(holder.version)), inputs, tags.warm_start_key, run)
     refs = [records[d].ref(d) for d in train_days]
     probe = train_config(spec, refs, [records[d].ref(d) for d in val_days], refs[0], "", tuned.params if tuned else {})
     key = D.warm_start_key(spec, probe)
     found = _parent(client, spec) if warm is not None else None
     decision = D.decide(spec, run.partition, found[0] if found else None, key, None)
     if evidence and warm is not None:  # the monitor saw the champion degrade: what it learned is in question
-        reason = context.run.tags.get(REASON_TAG, "model_monitor crossed a blocking limit")
+        reason = retrain.reason or "model_monitor crossed a blocking limit"
         decision = D.Decision(D.FULL, f"retraining on evidence (retrain.on: on_degradation): {reason}",
                               found[0] if found else None)
     if decision.kind == D.FINE_TUNE:

@@ -1,12 +1,13 @@
 """Reading what each model spent from the Dagster instance, and nothing else: its trained
-checkpoints' records (the trainer's measure), the trials its tuning studies list (each trial's
+checkpoints' records (the trainer's measure, and the training's decision), the observations of the
+partitions that skipped their training (nothing spent), the trials its tuning studies list (each trial's
 worker's measure) and its scoring runs (Dagster's start and end of each run that recorded
 predictions). Only reads: an embedded instance that holds no run yet is not even opened."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -18,7 +19,7 @@ from ml_assets.spec import ModelSpec
 from ml_assets.trainer.result import rank_seconds
 from ml_assets.training.record import CheckpointRecord
 from ml_assets.tuning.record import TunedRecord
-from ml_assets.usage.record import Spent, team_of
+from ml_assets.usage.record import Skipped, Spent, team_of
 
 STORAGE_KEYS = ("storage", "run_storage", "event_log_storage")
 
@@ -38,23 +39,53 @@ def collect(instance: dg.DagsterInstance, specs: Sequence[ModelSpec], since: dt.
     found: list[Spent] = []
     for spec in specs:
         found += trainings(instance, spec, since)
+        found += skips(instance, spec, since)
         found += trials(instance, spec, since)
         found += scoring(instance, spec, since)
     return found
 
 
 def trainings(instance: dg.DagsterInstance, spec: ModelSpec, since: dt.datetime | None) -> list[Spent]:
-    """Each trained_checkpoint materialization: what its trainer reported (ml_assets.trainer.result)."""
+    """Each trained_checkpoint materialization: what its trainer reported (ml_assets.trainer.result),
+    and how it trained (full or fine_tune; a record from before decisions: full)."""
     events = list(every_event(instance, ModelGraph(spec).key(Stage.TRAINED_CHECKPOINT), _after(since)))
     runs = run_records(instance, (e.run_id for e in events))
     out = []
     for event in events:
-        result = CheckpointRecord.from_metadata(event.asset_materialization.metadata).result
+        record = CheckpointRecord.from_metadata(event.asset_materialization.metadata)
+        result = record.result
         out.append(Spent(team=_team(runs, event.run_id, spec), model=spec.name, work="training", ref=event.run_id,
                          partition=event.partition_key or "", finished=_iso(event.timestamp),
                          cpu_rank_seconds=result.cpu_rank_seconds, gpu_rank_seconds=result.gpu_rank_seconds,
-                         wall_seconds=result.wall_seconds))
+                         wall_seconds=result.wall_seconds, decision=record.decision_kind,
+                         samples_processed=result.samples_processed))
     return out
+
+
+def skips(instance: dg.DagsterInstance, spec: ModelSpec, since: dt.datetime | None) -> list[Spent]:
+    """Each partition that skipped its training (a registered version already held the result of
+    the same inputs): its trained_checkpoint observation, which records a cost of nothing."""
+    found = [(e, s) for e in _observations(instance, ModelGraph(spec).key(Stage.TRAINED_CHECKPOINT), _after(since))
+             if (s := Skipped.from_observation(e.asset_observation.metadata)) is not None]
+    runs = run_records(instance, (e.run_id for e, _ in found))
+    return [Spent(team=_team(runs, event.run_id, spec), model=spec.name, work="training", ref=event.run_id,
+                  partition=event.partition_key or "", finished=_iso(event.timestamp),
+                  cpu_rank_seconds=skip.cpu_rank_seconds, gpu_rank_seconds=skip.gpu_rank_seconds,
+                  wall_seconds=skip.wall_seconds, decision="skip", samples_processed=skip.samples_processed)
+            for event, skip in found]
+
+
+def _observations(instance: dg.DagsterInstance, key: dg.AssetKey, after_timestamp: float | None,
+                  page: int = 500) -> Iterator[dg.EventLogRecord]:
+    """Every observation of ``key``, newest first, a page at a time (as every_event reads materializations)."""
+    cursor = None
+    while True:
+        found = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=key, after_timestamp=after_timestamp),
+                                            limit=page, cursor=cursor)
+        yield from (r for r in found.records if r.asset_observation is not None)
+        if not found.has_more:
+            return
+        cursor = found.cursor
 
 
 def trials(instance: dg.DagsterInstance, spec: ModelSpec, since: dt.datetime | None) -> list[Spent]:

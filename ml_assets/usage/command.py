@@ -15,8 +15,9 @@ from ml_assets.settings import load_settings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    spent = sub.add_parser("usage", help="what each team spent: its trainings, tuning trials and scoring runs, "
-                           "with their CPU and GPU rank-seconds and wall time, from the records (reads only)")
+    spent = sub.add_parser("usage", help="what each team spent: its trainings (split by decision: full, fine_tune, "
+                           "skip), tuning trials and scoring runs, with their CPU and GPU rank-seconds, wall time and "
+                           "training samples, from the records (reads only)")
     spent.add_argument("--team", help="one team (default: every team)")
     spent.add_argument("--model", help="one model (default: every declared model)")
     spent.add_argument("--since", metavar="DAY", help="only what finished on or after DAY (YYYY-MM-DD, from 00:00 UTC)")

@@ -32,7 +32,7 @@ def _parent(spec, partition="2013-03-09", chain_start="2013-03-05", **tags):
 
 
 def test_without_a_warm_start_or_a_champion_a_partition_trains_from_scratch():
-    plain = model_spec()
+    plain = model_spec(training={"warm_start": None})
     assert D.decide(plain, "2013-03-10", None, _key(plain), None).reason.startswith("training.warm_start is not set")
     spec = _spec()
     assert D.decide(spec, "2013-03-10", None, _key(spec), None).kind == D.FULL

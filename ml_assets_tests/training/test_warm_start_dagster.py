@@ -105,6 +105,8 @@ def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_
     assert lineage.versions == ["3", "2", "1"]
     assert not lineage.mismatches and not [c for c in lineage.checks if c.status == "unreachable"]
     assert any(c.what == "v3 started from v2's registered weights" and c.status == "ok" for c in lineage.checks)
+    text = audit.render_markdown(audit.collect(client, store, "flights_delay", "3"))
+    assert "## Training: fine_tune" in text and "| 2 | 2013-03-09 | fine_tune |" in text
     assert {d["role"] for d in lineage.chain["days"]} == {"train", "replay", "validation"}
 
     workdir = tmp_path / "reproduce"

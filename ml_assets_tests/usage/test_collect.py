@@ -172,8 +172,9 @@ def test_totals_per_team_and_model_add_up_the_items(instance):
     totals = {r[0]: r[3:] for r in rows if r[2] == "total"}
     for name, team in teams.items():
         t = team["total"]
+        samples = "-" if t["samples_processed"] is None else f"{t['samples_processed']:,}"
         assert totals[name] == [str(t["count"]), *(f"{t[f]:,.1f}" for f in ("cpu_rank_seconds", "gpu_rank_seconds",
-                                                                              "wall_seconds"))]
+                                                                              "wall_seconds")), samples]
     assert [r for r in rows if r[:3] == ["fraud", "alpha", "trial"]][0][:4] == ["fraud", "alpha", "trial", "2"]
     assert f"{document['total']['unmeasured']} counted without seconds" in table
 
