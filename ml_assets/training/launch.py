@@ -59,8 +59,12 @@ def launch(context: dg.AssetExecutionContext, step: Step, launcher: TorchrunLaun
         config_path = Path(tmp) / "train_config.json"
         config_path.write_text(cfg.to_json())
         nodes = f" on each of {training.nodes} nodes" if training.nodes > 1 and launcher.spreads_nodes else ""
+        days = [ref.day for ref in cfg.train_files if ref.day]
+        replay = " and a replay sample of the older days" if len(days) < len(cfg.train_files) else ""
+        what = window.describe() if cfg.init_weights is None else (
+            f"fine-tuning on {', '.join(days)}{replay}, validating on {', '.join(r.day for r in cfg.val_files)}")
         context.log.info(f"trained_checkpoint {step.partition}: torchrun with {launcher.processes(spec)} processes"
-                         f"{nodes}: {window.describe()}; data {cfg.data_mode}; checkpoints in {cfg.checkpoint_root}")
+                         f"{nodes}: {what}; data {cfg.data_mode}; checkpoints in {cfg.checkpoint_root}")
         outcome = launcher.train(context, spec, str(config_path), cfg.output_dir)
     check_outcome(step, outcome, cfg)
     return TrainingResult(**{k: unwrap(v) for k, v in outcome.result.metadata.items()}), outcome.progress
