@@ -105,27 +105,54 @@ class BaselineScore:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BaselineSample:
+    """The training rows the baselines were fitted on: ``rows`` of the window's ``window_rows``,
+    drawn uniformly without replacement with ``seed`` (all of them, in order, when the window has
+    no more rows than the bound)."""
+
+    rows: int
+    window_rows: int
+    seed: int
+
+    @property
+    def whole(self) -> bool:
+        return self.rows == self.window_rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "window_rows": self.window_rows, "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, d: Doc | None) -> BaselineSample | None:
+        return cls(rows=int(d["rows"]), window_rows=int(d["window_rows"]), seed=int(d["seed"])) if d else None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Baselines:
     """The baselines fitted on the model's training days, the best by the primary metric, and the
-    model's paired-bootstrap change over it (point, low, high)."""
+    model's paired-bootstrap change over it (point, low, high); ``sample``: the training rows they
+    were fitted on (None in reports from before it was recorded)."""
 
     baselines: tuple[BaselineScore, ...]
     best: str
     delta: tuple[float, float, float]
+    sample: BaselineSample | None = None
 
     @property
     def best_score(self) -> BaselineScore:
         return next(b for b in self.baselines if b.name == self.best)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"baselines": [b.to_dict() for b in self.baselines], "best": self.best, "delta": list(self.delta)}
+        out = {"baselines": [b.to_dict() for b in self.baselines], "best": self.best, "delta": list(self.delta)}
+        if self.sample is not None:
+            out["sample"] = self.sample.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Doc | None) -> Baselines | None:
         if not d:
             return None
         return cls(baselines=tuple(BaselineScore.from_dict(b) for b in d.get("baselines", [])), best=d["best"],
-                   delta=_triple(d["delta"]))
+                   delta=_triple(d["delta"]), sample=BaselineSample.from_dict(d.get("sample")))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,13 +4,16 @@ Each task's metrics live in a module of their own (``binary``, ``regression``, `
 the interval and slice helpers in ``bootstrap`` and ``slices``, the input checks in ``inputs``;
 here every task is reached by name (``compute_metrics``, ``metric_function``), and every name the
 platform uses is importable. The bootstrap and the slices take 1-D and 2-D predictions alike: they
-resample or select rows.
+resample or select rows. A function from ``metric_function`` also carries the metric's weighted form
+(``fn.weighted(y, pred)``, ml_assets.evaluation.weighted), with which the bootstrap scores resamples
+as counts of the rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ml_assets.evaluation import weighted as W
 from ml_assets.evaluation.binary import (
     ECE_BINS,
     LOG_LOSS_EPS,
@@ -76,13 +79,13 @@ TASKS = (CLASSIFICATION, REGRESSION, MULTICLASS)
 
 _CLASSIFICATION_FNS: dict[str, Callable[..., float]] = {
     "roc_auc": _roc_auc, "pr_auc": _pr_auc, "log_loss": _log_loss, "brier": _brier,
-    "ece": lambda y, p: _ece(y, p, ECE_BINS),
+    "ece": _ece,
     "precision": _precision, "recall": _recall, "f1": _f1,
 }
 _REGRESSION_FNS: dict[str, MetricFn] = {"rmse": _rmse, "mae": _mae, "r2": _r2}
 _MULTICLASS_FNS: dict[str, Callable[..., float]] = {
     "accuracy": _accuracy, "macro_f1": _macro_f1, "top_k_accuracy": _top_k_accuracy,
-    "log_loss": _multiclass_log_loss, "ece": lambda y, p: _top_label_ece(y, p, ECE_BINS),
+    "log_loss": _multiclass_log_loss, "ece": _top_label_ece,
 }
 
 
@@ -91,17 +94,26 @@ def _check_task(task: str) -> None:
         raise MetricError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
 
 
+def _named(fn: MetricFn, name: str, weighted: Callable[..., W.Score]) -> MetricFn:
+    """fn named after its metric, with its weighted form as ``fn.weighted`` (checking the same inputs)."""
+    fn.__name__ = name
+    fn.weighted = weighted  # type: ignore[attr-defined]
+    return fn
+
+
 def _multiclass_function(name: str, top_k: int) -> MetricFn:
     if name not in _MULTICLASS_FNS:
         raise MetricError(f"unknown multiclass metric {name!r}; expected one of {', '.join(MULTICLASS_METRICS)}")
     base = _MULTICLASS_FNS[name]
-    args = (top_k,) if name == "top_k_accuracy" else ()
+    args = (top_k,) if name == "top_k_accuracy" else (ECE_BINS,) if name == "ece" else ()
 
     def multiclass_fn(y, p) -> float:
         return base(*_multiclass(y, p), *args)
 
-    multiclass_fn.__name__ = name
-    return multiclass_fn
+    def weighted(y, p) -> W.Score:
+        return W.MULTICLASS[name](*_multiclass(y, p), *args)
+
+    return _named(multiclass_fn, name, weighted)
 
 
 def metric_function(task: str, name: str, threshold: float | None = None, *, top_k: int = 2) -> MetricFn:
@@ -118,8 +130,10 @@ def metric_function(task: str, name: str, threshold: float | None = None, *, top
         def regression_fn(y, pred) -> float:
             return raw(*_pair(y, pred))
 
-        regression_fn.__name__ = name
-        return regression_fn
+        def regression_weighted(y, pred) -> W.Score:
+            return W.REGRESSION[name](*_pair(y, pred))
+
+        return _named(regression_fn, name, regression_weighted)
     if name not in _CLASSIFICATION_FNS:
         raise MetricError(f"unknown classification metric {name!r}; expected one of "
                           f"{', '.join(CLASSIFICATION_METRICS)}")
@@ -127,14 +141,17 @@ def metric_function(task: str, name: str, threshold: float | None = None, *, top
         raise MetricError(f"{name} needs a decision threshold; choose one on validation rows "
                           "with choose_threshold")
     base = _CLASSIFICATION_FNS[name]
-    args = (threshold,) if name in THRESHOLD_METRICS else ()
+    args = (threshold,) if name in THRESHOLD_METRICS else (ECE_BINS,) if name == "ece" else ()
 
     def classification_fn(y, p) -> float:
         y, p = _pair(y, p)
         return base(_binary(y), _probabilities(p), *args)
 
-    classification_fn.__name__ = name
-    return classification_fn
+    def classification_weighted(y, p) -> W.Score:
+        y, p = _pair(y, p)
+        return W.CLASSIFICATION[name](_binary(y), _probabilities(p), *args)
+
+    return _named(classification_fn, name, classification_weighted)
 
 
 def compute_metrics(task: str, y, pred, threshold: float | None = None, *, top_k: int = 2) -> dict[str, float]:

@@ -20,6 +20,7 @@ import polars as pl
 from ml_assets.evaluation import metrics as M
 from ml_assets.evaluation.document import (
     Baselines,
+    BaselineSample,
     Champion,
     ClassScore,
     EvaluationReport,
@@ -36,9 +37,6 @@ from ml_assets.serving.predict import predict
 from ml_assets.spec import HIGHER_IS_BETTER, ModelSpec
 from ml_assets.trainer.config import DataRef
 from ml_assets.training.record import CheckpointRecord
-
-BASELINE_ROWS = 1_000_000
-"""The most training rows the baselines are fitted on when the trainer streamed the window."""
 
 
 def _ref(record: dict) -> DataRef:
@@ -65,33 +63,49 @@ def _per_class(spec: ModelSpec, y: np.ndarray, pred: np.ndarray) -> dict[str, An
             "per_class": tuple(ClassScore.from_dict(c) for c in M.per_class_metrics(y, pred, classes))}
 
 
-def _training_rows(loaded, streamed: bool) -> pl.DataFrame:
-    """The model's training rows; of a window the trainer streamed (larger than memory), at most
-    BASELINE_ROWS of them, every k-th, read out of core."""
-    from ml_assets.features.window import sample_verified
-    from ml_assets.trainer.data import read_frame
+def sample_rows(refs: list[DataRef], rows: int, seed: int) -> tuple[pl.DataFrame, BaselineSample]:
+    """At most ``rows`` rows of the pinned files (each checked against its sha256), drawn uniformly
+    without replacement with ``seed`` and kept in file order; all of them when they hold no more.
+    Read on polars' streaming engine: a window larger than memory is never collected whole."""
+    from ml_assets.features.window import scan_verified
 
-    refs = [_ref(r) for r in loaded.meta["train_files"]]
-    if not streamed:
-        return read_frame(refs)
     with tempfile.TemporaryDirectory(prefix="ml_assets-baseline-") as cache:
-        return sample_verified(refs, BASELINE_ROWS, cache)
+        scan = scan_verified(refs, cache)
+        total = scan.select(pl.len()).collect(engine="streaming").item()
+        if total <= rows:
+            return scan.collect(engine="streaming"), BaselineSample(rows=total, window_rows=total, seed=seed)
+        keep = np.sort(np.random.default_rng(seed).choice(total, size=rows, replace=False))
+        index = pl.Series("keep", keep).cast(pl.get_index_type())
+        frame = (scan.with_row_index("__row").filter(pl.col("__row").is_in(index.implode())).drop("__row")
+                 .collect(engine="streaming"))
+    return frame, BaselineSample(rows=frame.height, window_rows=total, seed=seed)
 
 
-def _baselines(spec: ModelSpec, loaded, frame: pl.DataFrame, val_frame: pl.DataFrame, y: np.ndarray,
-               pred: np.ndarray, threshold: float | None, streamed: bool) -> Baselines:
-    """The baselines fitted on the model's own training days through its feature state, scored on
-    the test rows beside it (``evaluation.baseline``)."""
+def baseline_days(ckpt: CheckpointRecord, loaded) -> list[DataRef]:
+    """The training days the baselines are fitted on: the model's own; for a fine-tune (which
+    trained on the newest days, starting from a model that learned the rest) the whole window's,
+    as a full training of the partition would have seen them."""
+    if ckpt.decision_kind == "fine_tune":
+        days = set(ckpt.train_days)
+        return [ref for ref in ckpt.feature_files if ref.day in days]
+    return [_ref(r) for r in loaded.meta["train_files"]]
+
+
+def _baselines(spec: ModelSpec, loaded, train: list[DataRef], frame: pl.DataFrame, val_frame: pl.DataFrame,
+               y: np.ndarray, pred: np.ndarray, threshold: float | None) -> Baselines:
+    """The baselines fitted on a seeded sample of ``train`` (at most baseline.SAMPLE_ROWS rows)
+    through the model's feature state, scored on the test rows beside it."""
     from ml_assets.evaluation import baseline as B
     from ml_assets.features.state import transform
 
     state, ev = loaded.feature_state, spec.evaluation
-    train = transform(_training_rows(loaded, streamed), state)
-    fitted = B.fit_baselines(spec.target.task, train, state, len(spec.target.classes or []))
-    return Baselines.from_dict(B.score_baselines(
+    rows, sample = sample_rows(train, B.SAMPLE_ROWS, B.SAMPLE_SEED)
+    fitted = B.fit_baselines(spec.target.task, transform(rows, state), state, len(spec.target.classes or []))
+    scored = B.score_baselines(
         spec.target.task, spec.promotion.primary_metric, fitted, transform(frame, state), y, pred, threshold,
         transform(val_frame, state), top_k=ev.top_k, bootstrap_samples=ev.bootstrap_samples,
-        confidence_level=ev.confidence_level))
+        confidence_level=ev.confidence_level)
+    return Baselines.from_dict({**scored, "sample": sample.to_dict()})
 
 
 @dataclass(frozen=True)
@@ -132,7 +146,7 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
         per_class = _per_class(spec, y, pred)
         fn = M.metric_function(task, primary, threshold, top_k=ev.top_k)
         lo, hi = M.bootstrap_ci(y, pred, fn, n=ev.bootstrap_samples, level=ev.confidence_level, seed=0)
-        baseline = _baselines(spec, loaded, frame, val_frame, y, pred, threshold, ckpt.streamed)
+        baseline = _baselines(spec, loaded, baseline_days(ckpt, loaded), frame, val_frame, y, pred, threshold)
     except M.MetricError as exc:
         raise EvaluationError(str(exc)) from None
     report = EvaluationReport(

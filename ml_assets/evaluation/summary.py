@@ -45,8 +45,13 @@ def _metrics_table(spec: ModelSpec, report: EvaluationReport) -> list[str]:
 def _comparisons(report: EvaluationReport) -> list[str]:
     primary, level, lines = report.primary_metric, report.confidence_level, []
     baselines = report.baseline.baselines if report.baseline else ()
+    sample = report.baseline.sample if report.baseline else None
+    fitted = ("the model's training days" if sample is None
+              else f"all {sample.window_rows:,} rows of the model's training days" if sample.whole
+              else f"{sample.rows:,} of the {sample.window_rows:,} rows of the model's training days "
+                   f"(drawn uniformly, seed {sample.seed})")
     for b in baselines:
-        lines.append(f"- baseline {b.name}: {b.description}, fitted on the model's training days")
+        lines.append(f"- baseline {b.name}: {b.description}, fitted on {fitted}")
     if baselines:
         point, dlo, dhi = report.baseline.delta
         lines += ["", f"Change of {primary} over the best baseline ({report.baseline.best}): {point:+.4f}, "

@@ -12,7 +12,6 @@ What stays in memory grows with the distinct keys (days x groups for rolling agg
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,17 +32,6 @@ def scan_verified(refs: list[DataRef], cache_dir: str | Path) -> pl.LazyFrame:
     streaming engine), each checked against its sha256 first in one chunked pass; a file that is not
     local is copied into ``cache_dir`` as it is checked, and scanned there."""
     return pl.scan_parquet([verified_local(ref.uri, ref.sha256, cache_dir) for ref in refs])
-
-
-def sample_verified(refs: list[DataRef], rows: int, cache_dir: str | Path) -> pl.DataFrame:
-    """At most ``rows`` rows of the pinned files, spread evenly over them (every k-th row, in file
-    order), read on the streaming engine: what a window too large to hold can lend a fit that needs
-    its rows in memory."""
-    scan = scan_verified(refs, cache_dir)
-    total = scan.select(pl.len()).collect(engine="streaming").item()
-    every = max(1, math.ceil(total / rows))
-    return (scan.with_row_index("__row").filter(pl.col("__row") % every == 0).drop("__row")
-            .collect(engine="streaming"))
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from ml_assets.features.build import build_features
 from ml_assets.features.record import FeaturesRecord
-from ml_assets.features.window import sample_verified, scan_verified
+from ml_assets.features.window import scan_verified
 from ml_assets.ingest.sources import _bundled_table, local_day
 from ml_assets.resources import ArtifactStoreResource
 from ml_assets.spec import ModelSpec
@@ -113,16 +113,7 @@ def test_a_remote_file_is_scanned_from_its_verified_copy(records, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [f"{record.sha256}.parquet"]
 
 
-def test_a_streamed_window_lends_the_baselines_a_bounded_even_sample(records, tmp_path):
-    """The evaluation fits its baselines on every k-th training row of a streamed window, read out of core."""
-    refs = [records[d].ref(d) for d in DAYS]
-    whole = pl.concat([pl.read_parquet(r.uri) for r in refs])
-    sample = sample_verified(refs, 1000, tmp_path)
-    every = -(-whole.height // 1000)
-    assert sample.height == -(-whole.height // every) <= 1000
-    assert sample.equals(whole.gather_every(every))  # spread over every day, in file order
-    assert sample_verified(refs, 10**9, tmp_path).equals(whole)
-
+def test_a_checkpoint_record_says_whether_its_window_was_streamed():
     numbers = {f.name: 0 for f in dataclasses.fields(TrainingResult) if f.type in ("int", "float")}
     texts = {f.name: "" for f in dataclasses.fields(TrainingResult) if f.type == "str"}
     result = TrainingResult(**numbers, **texts)
