@@ -209,10 +209,11 @@ def _check_warm_start(spec: ModelSpec, train_days: int) -> None:
                          "there is no older day to replay")
     checked = {f.name for f in spec.features.categorical if f.encoding == "vocabulary"} | {
         f.name for f in spec.features.numeric if not f.bucketized}
-    for name in warm.full_when.features or []:
-        if name not in checked:
-            raise ValueError(f"training.warm_start.full_when.features: {name!r} is not a vocabulary-encoded "
-                             f"categorical or a numeric feature with a fitted scaler (those are {sorted(checked)})")
+    for field, names in (("features", warm.full_when.features or []), ("ignore", warm.full_when.ignore)):
+        for name in names:
+            if name not in checked:
+                raise ValueError(f"training.warm_start.full_when.{field}: {name!r} is not a vocabulary-encoded "
+                                 f"categorical or a numeric feature with a fitted scaler (those are {sorted(checked)})")
 
 
 def _check_seasonal(spec: ModelSpec) -> None:

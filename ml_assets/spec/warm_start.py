@@ -23,6 +23,15 @@ class FullWhenSpec(StrictModel):
     features: list[str] | None = Field(default=None, description=(
         "the features the two checks look at (unset: every vocabulary-encoded categorical and scaled (not bucketized) "
         "numeric)"))
+    ignore: list[str] = Field(default=[], description=(
+        "features the two checks leave out (e.g. a calendar month, new in every row of a new month); with "
+        "features unset"))
+
+    @model_validator(mode="after")
+    def _one_list(self) -> FullWhenSpec:
+        if self.features is not None and self.ignore:
+            raise ValueError("full_when: name the features to check or those to ignore, not both")
+        return self
 
 
 class WarmStartSpec(StrictModel):

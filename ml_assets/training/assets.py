@@ -64,7 +64,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
             tuned = None
         elif tuned:
             context.log.info(f"trained_checkpoint {run.partition}: hyperparameters from {tuned.source}: {tuned.params}")
-        planned = plan(context, run, win, records, artifacts, tracking.client(), checkpoints.root, tuned, version)
+        planned = plan(context, wiring.graph, run, win, records, artifacts, tracking.client(), checkpoints.root, tuned,
+                       version)
         decision = planned.decision
         context.log.info(f"trained_checkpoint {run.partition}: {decision.kind}: {decision.reason}")
         if decision.kind == SKIP:

@@ -116,10 +116,12 @@ class Decision:
 
 
 def decide(spec: ModelSpec, partition: str, parent: Parent | None, key: dict[str, str],
-           checks: DataChecks | None) -> Decision:
+           checks: DataChecks | None, last_full: str = "") -> Decision:
     """Fine-tune or full (a skip is found before: ml_assets.training.warm). ``parent``: the champion
     (None: there is none); ``key``: this training's warm_start_key; ``checks``: the window against
-    the parent's feature state (None when there is no parent to compare with)."""
+    the parent's feature state (None when there is no parent to compare with); ``last_full``: the
+    latest earlier partition that trained from scratch, promoted or not (the schedule counts from
+    it, so a full retrain that lost the gate is not tried again every day)."""
     warm = spec.training.warm_start
     if warm is None:
         return Decision(FULL, "training.warm_start is not set: every partition trains from scratch")
@@ -130,10 +132,13 @@ def decide(spec: ModelSpec, partition: str, parent: Parent | None, key: dict[str
         return Decision(FULL, f"the champion v{parent.version} was trained for partition {parent.partition or '?'}, "
                               f"not before {partition}: fine-tuning from it could train on this partition's test days",
                         parent)
-    since = (dt.date.fromisoformat(partition) - dt.date.fromisoformat(parent.chain_start)).days
+    start = max(parent.chain_start, last_full if last_full < partition else "")
+    since = (dt.date.fromisoformat(partition) - dt.date.fromisoformat(start)).days
     if since >= warm.full_every_days:
-        return Decision(FULL, f"scheduled: the champion v{parent.version}'s chain began with the full training of "
-                              f"{parent.chain_start}, {since} days before, and training.warm_start.full_every_days is "
+        began = (f"the champion v{parent.version}'s chain began with the full training of {start}, {since} days "
+                 "before" if start == parent.chain_start else
+                 f"the last full training (of {start}, not promoted) was {since} days before")
+        return Decision(FULL, f"scheduled: {began}, and training.warm_start.full_every_days is "
                               f"{warm.full_every_days}", parent)
     changed = [part for part in ("features", "target", "model") if parent.key.get(part) != key[part]]
     if changed:
@@ -166,9 +171,11 @@ def data_checks(spec: ModelSpec, state: dict, new_rows, window_rows) -> DataChec
 
     from ml_assets.features.state import _pre
 
-    wanted = set(spec.training.warm_start.full_when.features or []) if spec.training.warm_start else set()
-    vocab = [c for c in state["categorical"] if c["encoding"] == "vocabulary" and (not wanted or c["name"] in wanted)]
-    scaled = [s for s in state["numeric"] if not wanted or s["name"] in wanted]
+    limits = spec.training.warm_start.full_when if spec.training.warm_start else None
+    wanted, ignored = set(limits.features or []) if limits else set(), set(limits.ignore) if limits else set()
+    kept = lambda name: (not wanted or name in wanted) and name not in ignored  # noqa: E731
+    vocab = [c for c in state["categorical"] if c["encoding"] == "vocabulary" and kept(c["name"])]
+    scaled = [s for s in state["numeric"] if kept(s["name"])]
     unknown = [(pl.col(c["name"]).is_not_null() & ~pl.col(c["name"]).cast(pl.String).is_in(c["vocabulary"]))
                .alias(c["name"]) for c in vocab]
     flags = new_rows.select(pl.len().alias("__rows"), *(u.sum() for u in unknown)).collect().row(0, named=True)

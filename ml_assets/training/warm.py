@@ -8,6 +8,7 @@ pins them like any input and a reproduction reads the same bytes."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import io
 import json
 import tempfile
@@ -18,6 +19,7 @@ import dagster as dg
 
 from ml_assets.features.record import FeaturesRecord
 from ml_assets.layout import FEATURE_STATE_FILE, WEIGHTS_FILE, Layout
+from ml_assets.pipeline.graph import ModelGraph
 from ml_assets.records.runs import RetrainTags
 from ml_assets.registry.record import VersionTags
 from ml_assets.resources import ArtifactStoreResource
@@ -57,9 +59,23 @@ def version_with_inputs(client, name: str, inputs: str):
     return min(found, key=lambda v: int(v.version)) if found else None
 
 
-def plan(context: dg.AssetExecutionContext, run: Step, win: Window, records: dict[str, FeaturesRecord],
-         artifacts: ArtifactStoreResource, client, checkpoint_root: str, tuned: Tuned | None,
-         code_version: str) -> Plan:
+def last_full_attempt(instance: dg.DagsterInstance, graph: ModelGraph, partition: str, days: int) -> str:
+    """The latest of the ``days`` partitions before ``partition`` whose training was full (its latest
+    checkpoint record says so; one from before decisions was), or ""."""
+    from ml_assets.training.record import CheckpointRecord
+
+    day = dt.date.fromisoformat(partition)
+    for back in range(1, days + 1):
+        earlier = (day - dt.timedelta(days=back)).isoformat()
+        record = graph.latest(instance, CheckpointRecord, earlier)
+        if record is not None and record.decision_kind == D.FULL:
+            return earlier
+    return ""
+
+
+def plan(context: dg.AssetExecutionContext, graph: ModelGraph, run: Step, win: Window,
+         records: dict[str, FeaturesRecord], artifacts: ArtifactStoreResource, client, checkpoint_root: str,
+         tuned: Tuned | None, code_version: str) -> Plan:
     """Raises dg.Failure (a parent whose bytes no longer match their sha256 tags, a bad window)."""
     spec, warm = run.spec, run.spec.training.warm_start
     train_days, val_days = [d.isoformat() for d in win.train_days], [d.isoformat() for d in win.val_days]
@@ -77,13 +93,14 @@ def plan(context: dg.AssetExecutionContext, run: Step, win: Window, records: dic
     probe = train_config(spec, refs, [records[d].ref(d) for d in val_days], refs[0], "", tuned.params if tuned else {})
     key = D.warm_start_key(spec, probe)
     found = _parent(client, spec) if warm is not None else None
-    decision = D.decide(spec, run.partition, found[0] if found else None, key, None)
+    last_full = last_full_attempt(context.instance, graph, run.partition, warm.full_every_days) if found else ""
+    decision = D.decide(spec, run.partition, found[0] if found else None, key, None, last_full)
     if evidence and warm is not None:  # the monitor saw the champion degrade: what it learned is in question
         reason = retrain.reason or "model_monitor crossed a blocking limit"
         decision = D.Decision(D.FULL, f"retraining on evidence (retrain.on: on_degradation): {reason}",
                               found[0] if found else None)
     if decision.kind == D.FINE_TUNE:
-        fine = _fine_tune(context, run, win, records, artifacts, client, checkpoint_root, tuned, found, key)
+        fine = _fine_tune(context, run, win, records, artifacts, client, checkpoint_root, tuned, found, key, last_full)
         if isinstance(fine, Plan):
             return dataclasses.replace(fine, inputs_sha256=inputs)
         decision = fine
@@ -95,7 +112,7 @@ def plan(context: dg.AssetExecutionContext, run: Step, win: Window, records: dic
 
 
 def _fine_tune(context, run: Step, win: Window, records, artifacts: ArtifactStoreResource, client,
-               checkpoint_root: str, tuned: Tuned | None, found, key) -> Plan | D.Decision:
+               checkpoint_root: str, tuned: Tuned | None, found, key, last_full: str) -> Plan | D.Decision:
     """The fine-tune's plan, or the full-retrain decision the data or the parent's weights force."""
     from ml_assets.features.window import scan_verified
     from ml_assets.registry import versions as registry
@@ -121,7 +138,7 @@ def _fine_tune(context, run: Step, win: Window, records, artifacts: ArtifactStor
                                    scan_verified([records[d].ref(d) for d in train_days], cache))
         except ValueError as exc:
             raise run.failure(exc) from None
-    decision = D.decide(spec, run.partition, parent, key, checks)
+    decision = D.decide(spec, run.partition, parent, key, checks, last_full)
     if decision.kind != D.FINE_TUNE:
         return decision
     replay = _replay(spec, records, older, warm.replay_fraction, artifacts, layout, run.partition) \

@@ -52,6 +52,17 @@ def test_a_chain_as_old_as_full_every_days_is_retrained_on_schedule():
     assert decision.kind == D.FULL and decision.reason.startswith("scheduled") and "5 days before" in decision.reason
 
 
+def test_the_schedule_counts_from_the_last_full_training_even_one_that_lost_the_gate():
+    spec = _spec(full_every_days=5)
+    parent = _parent(spec, chain_start="2013-03-04")
+    assert D.decide(spec, "2013-03-10", parent, _key(spec), None).kind == D.FULL
+    # A full retrain of 03-09 lost the gate: the champion's chain is old, but the next full waits its turn.
+    tried = D.decide(spec, "2013-03-10", parent, _key(spec), None, last_full="2013-03-09")
+    assert tried.kind == D.FINE_TUNE
+    again = D.decide(spec, "2013-03-14", parent, _key(spec), None, last_full="2013-03-09")
+    assert again.kind == D.FULL and "the last full training (of 2013-03-09, not promoted) was 5 days before" in again.reason
+
+
 def test_a_champion_of_a_later_partition_is_never_fine_tuned_for_an_earlier_one():
     spec = _spec()
     decision = D.decide(spec, "2013-03-08", _parent(spec, partition="2013-03-09"), _key(spec), None)
@@ -123,6 +134,8 @@ def test_the_inputs_key_changes_with_any_feature_file_and_with_the_code():
     ({"days": 18, "replay_fraction": 0.1}, "there is no older day to replay"),
     ({"full_when": {"features": ["no_such_feature"]}}, "'no_such_feature' is not a vocabulary-encoded"),
     ({"full_when": {"features": ["plane_year"]}}, "'plane_year' is not a vocabulary-encoded"),
+    ({"full_when": {"ignore": ["nope"]}}, "full_when.ignore: 'nope' is not a vocabulary-encoded"),
+    ({"full_when": {"features": ["carrier"], "ignore": ["dest"]}}, "not both"),
     ({"from": "latest"}, "from"),
     ({"epochs": 0}, "epochs"),
     ({"replay_fraction": 1.0}, "that is a full window"),

@@ -53,11 +53,13 @@ def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_
     client = MlflowClient(tracking_uri=settings.mlflow_tracking_uri, registry_uri=settings.mlflow_tracking_uri)
     spec = load_spec(spec_path)
 
-    records = {}
+    records, baselines = {}, {}
     for day in PARTITIONS:
         result = daily.execute_in_process(partition_key=day.isoformat(), instance=instance)
         [event] = result.asset_materializations_for_node("flights_delay__trained_checkpoint")
         records[day] = {k: v.value for k, v in event.metadata.items()}
+        [report] = result.asset_materializations_for_node("flights_delay__evaluation_report")
+        baselines[day] = report.metadata["baseline"].value
         [registered] = result.asset_materializations_for_node("flights_delay__registered_model")
         version = registered.metadata["model_version"].value
         assert promote.execute_in_process(instance=instance, run_config=promotion_run_config(
@@ -76,6 +78,8 @@ def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_
         (PARTITIONS[2] - dt.timedelta(days=2)).isoformat()]
     assert fine["decision"]["replay"]["rows"] > 0 and fine["world_size"] == 1
     assert fine["samples_processed"] < records[PARTITIONS[0]]["samples_processed"]
+    # Its baselines are fitted on the whole window's training days, as a full training's would be.
+    assert baselines[PARTITIONS[2]]["sample"]["window_rows"] > fine["train_rows"]
     for record in records.values():
         assert record["cpu_rank_seconds"] > 0 and record["samples_processed"] > 0
 

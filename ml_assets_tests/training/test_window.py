@@ -47,7 +47,7 @@ def test_window_before_history_names_first_trainable_day(spec_dict):
 
 
 def test_missing_days_fail_by_default_naming_each_day_and_why(spec_dict):
-    spec = model_spec(spec_dict, training=dict(window_days=5))
+    spec = model_spec(spec_dict, training=dict(window_days=5, warm_start=None))  # 2 training days: no fine-tune fits
     win = training_window(spec, DAY)
     gone = {DAY - dt.timedelta(days=3)}
     with pytest.raises(WindowError, match=r"2013-03-12: stopped by its checks.*training.missing_days: skip"):
