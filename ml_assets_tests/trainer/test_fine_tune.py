@@ -78,9 +78,11 @@ def test_fsdp_shards_the_parents_full_weights_and_fine_tunes_to_ddps_bits(parent
     assert weights(out) == weights(fine_ddp[0])
 
 
-def test_sigkill_mid_fine_tune_then_rerun_gives_the_same_bits(parent, fine_ddp, tmp_path):
+@pytest.mark.parametrize("recipe", [RECIPE, FSDP], ids=["ddp", "fsdp"])
+def test_sigkill_mid_fine_tune_then_rerun_gives_the_same_bits(parent, fine_ddp, tmp_path, recipe):
+    """FSDP's fine-tune trains DDP's bits (above), so both resume to the uninterrupted DDP fine-tune's."""
     new, ref = parent
-    write_config(tmp_path / "config.json", new, output_dir=str(tmp_path / "out"), init_weights=ref, **RECIPE)
+    write_config(tmp_path / "config.json", new, output_dir=str(tmp_path / "out"), init_weights=ref, **recipe)
     proc = start(torchrun_args(tmp_path / "config.json", nproc=2), tmp_path / "first.log")
     wait_for(lambda: any(c["rows_in_epoch"] > 0 for c in complete_checkpoints(tmp_path / "out" / "checkpoints")),
              what="a mid-epoch checkpoint")
