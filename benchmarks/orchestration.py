@@ -96,6 +96,7 @@ def write_models(root: Path, quick: bool = False) -> Path:
     data["promotion"]["mode"] = "approval_required"
     if quick:  # seconds of training instead of a minute; such a model is not held to the floors or the baseline
         data["training"].update({"window_days": 3, "validation_days": 1, "epochs": 1})
+        data["training"].pop("warm_start", None)  # its fine-tune days do not fit a 2-day training window
         data["evaluation"]["test_days"] = 1
         data["promotion"].update(floors={}, beat_baseline=False)
     (root / "models" / f"{MODEL}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))

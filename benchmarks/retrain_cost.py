@@ -34,7 +34,7 @@ Measured, over the compared partitions:
   partition's promotion (the candidate when it was promoted, else the champion it was compared to).
 - how many partitions the warm arm skipped, fine-tuned and retrained in full, and why in full.
 
-``--quick`` runs a 6-day window for 2 epochs (fine-tunes: 1) on 2 compared partitions after the first
+``--quick`` runs a 4-day window for 2 epochs (fine-tunes: 1) on 1 compared partition after the first
 (the ratio and interval of so few tiny trainings are real measurements, not the claim's figures).
 
 Ends with:
@@ -76,13 +76,13 @@ def arm_spec(arm: str, quick: bool) -> dict:
     if "warm_start" not in data["training"]:
         raise SystemExit("benchmarks.retrain_cost: the bundled spec has no training.warm_start policy to measure")
     if quick:  # seconds per training instead of a minute; such a model is not held to floors or the baseline
-        data["training"].update({"window_days": 6, "validation_days": 1, "epochs": 2, "batch_size": 128,
+        data["training"].update({"window_days": 4, "validation_days": 1, "epochs": 2, "batch_size": 128,
                                  "learning_rate": 0.003, "early_stopping": {"patience": 0}})
         data["evaluation"].update({"test_days": 1, "bootstrap_samples": 200})
         data["promotion"].update(floors={}, beat_baseline=False)
         warm = data["training"]["warm_start"]
-        warm.update(days=min(warm.get("days", 3), 3), epochs=1)
-        # A 5-day training window has not seen every weekday: its vocabulary would send the next
+        warm.update(days=2, epochs=1)  # of the 3 training days, so one is left to replay
+        # A 3-day training window has not seen every weekday: its vocabulary would send the next
         # partition to a full retrain, and the quick run would never fine-tune.
         full_when = warm.setdefault("full_when", {})
         if full_when.get("features"):
@@ -349,8 +349,8 @@ def _median(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a 6-day window, 2 epochs, 2 compared partitions")
-    parser.add_argument("--days", type=int, help="compared partitions after the first (default 30; quick 2)")
+    parser.add_argument("--quick", action="store_true", help="a 4-day window, 2 epochs, 1 compared partition")
+    parser.add_argument("--days", type=int, help="compared partitions after the first (default 30; quick 1)")
     parser.add_argument("--first", type=dt.date.fromisoformat, help="the first partition (trains from scratch in both)")
     parser.add_argument("--keep", action="store_true", help="keep the arms' homes (their path is printed)")
     parser.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         worker(args.worker)
         return
-    n = args.days or (2 if args.quick else 30)
+    n = args.days or (1 if args.quick else 30)
     first = args.first or (QUICK_FIRST if args.quick else FIRST)
     spec = yaml.safe_load(BUNDLED.read_text())
     quick_spec = arm_spec("warm", args.quick)

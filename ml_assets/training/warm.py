@@ -59,6 +59,14 @@ def version_with_inputs(client, name: str, inputs: str):
     return min(found, key=lambda v: int(v.version)) if found else None
 
 
+def _run_tags(context: dg.AssetExecutionContext) -> dict[str, str]:
+    """The run's tags; none for an asset body called directly (a test, a benchmark), which has no run."""
+    try:
+        return dict(context.run.tags)
+    except dg.DagsterError:  # DagsterInvalidPropertyError, not exported: the body was called directly
+        return {}
+
+
 def last_full_attempt(instance: dg.DagsterInstance, graph: ModelGraph, partition: str, days: int) -> str:
     """The latest of the ``days`` partitions before ``partition`` whose training was full (its latest
     checkpoint record says so; one from before decisions was), or ""."""
@@ -81,7 +89,7 @@ def plan(context: dg.AssetExecutionContext, graph: ModelGraph, run: Step, win: W
     train_days, val_days = [d.isoformat() for d in win.train_days], [d.isoformat() for d in win.val_days]
     inputs = D.inputs_key(spec, {d: r.sha256 for d, r in records.items()}, tuned.params if tuned else {},
                           code_version)
-    retrain = RetrainTags.from_tags(context.run.tags)
+    retrain = RetrainTags.from_tags(_run_tags(context))
     evidence = retrain is not None and retrain.why == "degradation"
     holder = version_with_inputs(client, spec.name, inputs) if warm is not None and not evidence else None
     if holder is not None:

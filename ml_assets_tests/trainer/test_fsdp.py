@@ -220,7 +220,7 @@ BASE = dict(model="m", task="binary_classification", train_files=[REF], val_file
 NEW_FIELDS = {"strategy", "fsdp_param_dtype", "fsdp_reduce_dtype", "fsdp_reshard_after_forward",
               # and those added beside FSDP: a model's factory, streaming
               "model_factory", "model_params", "model_code", "model_code_path", "data_mode", "shuffle_buffer_rows",
-              "stream_cache_dir"}
+              "stream_cache_dir", "init_weights"}  # and a fine-tune's parent
 
 
 def test_a_config_from_before_fsdp_keeps_its_fingerprint():
