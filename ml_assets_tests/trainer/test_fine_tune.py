@@ -17,7 +17,7 @@ import pytest
 from safetensors.torch import load as safetensors_load
 
 from ml_assets.trainer.config import DataRef, TrainConfig
-from ml_assets_tests.trainer.test_fsdp import FSDP, RECIPE
+from ml_assets_tests.trainer.test_fsdp import FSDP, RECIPE, _train
 from ml_assets_tests.trainer.test_resume import weights
 from ml_assets_tests.trainer.toy import (
     complete_checkpoints,
@@ -31,14 +31,6 @@ from ml_assets_tests.trainer.toy import (
 )
 
 pytestmark = pytest.mark.torchrun
-
-
-def _train(root: Path, data: dict, nproc: int = 2, **fields) -> tuple[Path, str]:
-    root.mkdir(parents=True, exist_ok=True)
-    write_config(root / "config.json", data, output_dir=str(root / "out"), **fields)
-    proc = run(torchrun_args(root / "config.json", nproc=nproc))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / "out", proc.stderr
 
 
 def _parent_ref(out: Path) -> DataRef:
@@ -160,6 +152,7 @@ def test_a_streamed_fine_tune_resumes_after_sigkill_to_the_uninterrupted_bits(pa
     rows = pl.read_parquet(new["train_files"][0].uri)
     streamed = {**new, "train_files": split(rows, tmp_path, [600, 400], row_group_size=100)}
     fields = dict(RECIPE, data_mode="streaming", shuffle_buffer_rows=300, checkpoint_every_steps=5, init_weights=ref)
+    (tmp_path / "whole").mkdir()
     whole, log = _train(tmp_path / "whole", streamed, **fields)
     assert "streaming 10 row groups of 2 file(s)" in log and "fine-tuning from the parent's weights" in log
     write_config(tmp_path / "config.json", streamed, output_dir=str(tmp_path / "out"), **fields)
