@@ -180,11 +180,17 @@ def test_totals_per_team_and_model_add_up_the_items(instance):
 
 
 def test_since_counts_what_finished_on_or_after_the_day(instance):
-    today = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     everything = collect(instance, [ALPHA, BETA], None)
-    recent = collect(instance, [ALPHA, BETA], today)
+    # The fixture's records were written just now; taking the day from them, not from the clock, keeps
+    # the test true when it runs across midnight UTC.
+    written = [i.finished for i in everything if i.ref != "alpha-study#3"]
+    recent = collect(instance, [ALPHA, BETA], _day_of(min(written)))
     assert {i.ref for i in everything} - {i.ref for i in recent} == {"alpha-study#3"}  # finished in 2020
-    assert collect(instance, [ALPHA, BETA], today + dt.timedelta(days=1)) == []
+    assert collect(instance, [ALPHA, BETA], _day_of(max(written)) + dt.timedelta(days=1)) == []
+
+
+def _day_of(finished: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(finished).astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @pytest.fixture

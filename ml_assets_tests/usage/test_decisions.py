@@ -122,6 +122,13 @@ def test_the_table_shows_each_decisions_trainings_under_the_trainings(instance):
 
 
 def test_since_counts_a_skip_from_the_day_it_was_observed(instance):
-    today = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    assert "skip" in {i.decision for i in collect(instance, [GAMMA], today)}
-    assert collect(instance, [GAMMA], today + dt.timedelta(days=1)) == []
+    # The day comes from the records the fixture wrote, not the clock, so midnight UTC cannot fall between.
+    items = collect(instance, [GAMMA], None)
+    day = {i.finished: _day_of(i.finished) for i in items}
+    skipped = min(day[i.finished] for i in items if i.decision == "skip")
+    assert "skip" in {i.decision for i in collect(instance, [GAMMA], skipped)}
+    assert collect(instance, [GAMMA], max(day.values()) + dt.timedelta(days=1)) == []
+
+
+def _day_of(finished: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(finished).astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
