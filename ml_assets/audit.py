@@ -6,6 +6,7 @@ and the pins that rebuild it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any
 
 from ml_assets import lineage as lin
 from ml_assets.evaluation.document import EvaluationReport
-from ml_assets.layout import META_FILE, MLFLOW_EVALUATION, WEIGHTS_FILE
+from ml_assets.layout import META_FILE, MLFLOW_EVALUATION, WEIGHTS_FILE, weights_file
 from ml_assets.names import repo_for_model
 from ml_assets.processes import child_env
 from ml_assets.promotion import moves as promotion
@@ -236,14 +237,21 @@ def _parent_weights(client, mv, tags: VersionTags, recorded: dict, out: Path, gi
     if not tags.parent_version:
         raise registry.RegistryError(f"{mv.name} version {mv.version} was fine-tuned, but records no parent_version")
     parent = registry.get_version(client, mv.name, tags.parent_version)
-    from ml_assets.serving.pyfunc import model_files
+    from ml_assets.serving.pyfunc import weights_path
 
     local = out / "parent"
-    weights = model_files(registry.download_model(client, parent, local))[WEIGHTS_FILE]
+    weights = weights_path(registry.download_model(client, parent, local))
     if VersionTags.from_tags(parent.tags).checkpoint_sha256 != expected:
         raise registry.RegistryError(f"{mv.name} version {mv.version} started from weights {expected}, but its parent "
                                      f"version {parent.version} holds {VersionTags.from_tags(parent.tags).checkpoint_sha256}")
     return {**recorded, "uri": str(weights)}, f"version {parent.version}'s registered weights"
+
+
+def exported_weights(export_dir: Path) -> Path:
+    """The weights file of a trainer's export (``model.safetensors``, or a booster's ``model.ubj``), as
+    its meta.json names it; a network's name when there is no meta.json (a training that failed)."""
+    meta = export_dir / META_FILE
+    return export_dir / (weights_file(json.loads(meta.read_bytes())) if meta.is_file() else WEIGHTS_FILE)
 
 
 def chain_of(client, model: str, version: str) -> list:
@@ -264,7 +272,7 @@ def reproduce_chain(client, model: str, version: str, workdir: Path, code_versio
     the weights its parent's reproduction made; stops at the first that is not bit for bit."""
     done: list[Reproduction] = []
     for mv in chain_of(client, model, version):
-        parent = Path(done[-1].output_dir) / WEIGHTS_FILE if done else None
+        parent = exported_weights(Path(done[-1].output_dir)) if done else None
         done.append(reproduce(client, model, str(mv.version), workdir, code_version, registered_code, parent))
         if not done[-1].identical:
             break
@@ -335,7 +343,7 @@ def reproduce(client, model: str, version: str, workdir: Path, code_version: str
     world = int(tags.world_size or 1)
     command, done = _train(path, world)
     expected = tags.checkpoint_sha256
-    weights = out / "export" / WEIGHTS_FILE
+    weights = exported_weights(out / "export")
     actual = hashlib.sha256(weights.read_bytes()).hexdigest() if done.returncode == 0 and weights.exists() else None
     result = Reproduction(actual == expected, expected, actual, output_dir=str(out / "export"), version=str(mv.version),
                           started_from=started_from)

@@ -17,10 +17,21 @@ ROWS = "rows"
 """The table of a day's source rows (the others are the spec's dimension tables)."""
 
 WEIGHTS_FILE = "model.safetensors"
+BOOSTER_FILE = "model.ubj"
+"""A gradient-boosted model's booster (XGBoost's UBJSON), in place of the weights."""
 META_FILE = "meta.json"
 FEATURE_STATE_FILE = "feature_state.json"
 EXPORT_FILES = (WEIGHTS_FILE, META_FILE, FEATURE_STATE_FILE)
-"""What the trainer exports side by side in its output directory (and the registered model carries)."""
+"""What the trainer exports side by side in its output directory (and the registered model carries);
+a booster's export holds BOOSTER_FILE in place of WEIGHTS_FILE (``weights_file``)."""
+
+
+def weights_file(meta: dict) -> str:
+    """The file that holds an export's trained parameters, as its meta.json names it."""
+    name = meta.get("weights_file", WEIGHTS_FILE)
+    if name not in (WEIGHTS_FILE, BOOSTER_FILE):
+        raise ValueError(f"meta.json names weights file {name!r}, not {WEIGHTS_FILE} or {BOOSTER_FILE}")
+    return name
 
 # Folders of a training's MLflow run.
 MLFLOW_MODEL = "model"

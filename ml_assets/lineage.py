@@ -20,7 +20,7 @@ from typing import Any
 import fsspec
 
 from ml_assets.ingest.record import RawCommit
-from ml_assets.layout import FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
+from ml_assets.layout import FEATURE_STATE_FILE, META_FILE, weights_file
 from ml_assets.names import check_model_name, check_partition_key, repo_for_model
 from ml_assets.registry.record import VersionTags
 from ml_assets.validation.record import PublishCommit
@@ -155,10 +155,10 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
         from ml_assets.serving.pyfunc import model_files
 
         files = model_files(Path(client.download_artifacts(run.info.run_id, "model", tmp)))
-        weights_sha = tags.checkpoint_sha256
-        checks.append(Check("registered weights (MLflow artifact model/artifacts/model.safetensors)", weights_sha,
-                            _sha(files[WEIGHTS_FILE].read_bytes()), f"{mv.source}/artifacts/model.safetensors"))
-        meta = json.loads(files[META_FILE].read_bytes())
+        weights_sha, meta = tags.checkpoint_sha256, json.loads(files[META_FILE].read_bytes())
+        weights = weights_file(meta)  # model.safetensors, or a booster's model.ubj
+        checks.append(Check(f"registered weights (MLflow artifact model/artifacts/{weights})", weights_sha,
+                            _sha(files[weights].read_bytes()), f"{mv.source}/artifacts/{weights}"))
         checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
                             meta["feature_state_sha256"], _sha(files[FEATURE_STATE_FILE].read_bytes()),
                             f"{mv.source}/artifacts/feature_state.json"))
@@ -168,7 +168,7 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
         data = _read(checkpoint_uri)
         checks.append(Check("checkpoint in the checkpoint store", weights_sha, _sha(data) if data else None, checkpoint_uri))
     lineage.chain["checkpoint"] = {"uri": checkpoint_uri, "sha256": weights_sha, "meta": {
-        k: meta[k] for k in ("world_size", "train_rows", "val_rows", "torch_version") if k in meta}}
+        k: meta[k] for k in ("world_size", "train_rows", "val_rows", "torch_version", "xgboost_version") if k in meta}}
 
     repo = repo_for_model(model)
     data_commits = tags.data_commits

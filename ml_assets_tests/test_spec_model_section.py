@@ -81,7 +81,8 @@ def test_a_model_section_with_a_family_loads(tmp_path, spec_dict):
     spec = load_spec(write_spec(tmp_path, spec_dict))
     assert not spec.model.custom and spec.model.module is None
     assert model_settings(spec) == {"family": "residual_mlp", "hidden_sizes": [48, 48, 48], "dropout": 0.25,
-                                    "model_factory": "", "model_params": {}, "model_code_path": ""}
+                                    "model_factory": "", "model_params": {}, "model_code_path": "",
+                                    "tracker_port": 0}
     cfg = config_of(spec)
     assert (cfg.family, cfg.hidden_sizes, cfg.dropout, cfg.model_factory, cfg.model_code) == (
         "residual_mlp", [48, 48, 48], 0.25, "", {})
@@ -155,7 +156,7 @@ def _pop_module(data):
     (_set("model", code_path="flights_delay.yaml"), "model.code_path", "is not a directory"),
     (_set("model", hidden_sizes=[64]), "model", "['hidden_sizes'] apply to the built-in families"),
     (_set("model", family="mlp", dropout=0.1), "model", "['family', 'dropout'] apply to the built-in families"),
-    (_pop_module, "model", "params and code_path apply to a factory: set module"),
+    (_pop_module, "model", "params and code_path apply to a factory (set module) or to family xgboost"),
     (lambda d: d["tuning"]["space"].update(width={"low": 16, "high": 64}), "tuning.space",
      "['width'] tune the built-in families; the factory"),
     (lambda d: (d["model"].clear(), d["model"].update(family="mlp"),
@@ -312,3 +313,47 @@ def test_a_rival_must_be_another_declared_model_with_the_same_question(tmp_path,
     declare("beta", target={**spec_dict["target"], "name": "late"})
     with pytest.raises(SpecError, match="their metrics cannot be compared"):
         load_all_model_specs([tmp_path])
+
+
+# --- gradient-boosted trees ----------------------------------------------------------------------------
+
+
+def as_boosted(data: dict, **params) -> dict:
+    data["model"] = {"family": "xgboost", "params": {"max_depth": 4, "num_boost_round": 50, **params}}
+    data.get("training", {}).pop("warm_start", None)
+    data.pop("tuning", None)
+    return data
+
+
+def test_a_boosted_model_loads_with_xgboosts_params_and_its_own_tuning_space(tmp_path, spec_dict):
+    spec = load_spec(write_spec(tmp_path, as_boosted(spec_dict, learning_rate=0.1, subsample=0.8)))
+    assert spec.model.boosted and not spec.model.custom
+    assert set(spec.tuning.space) == {"params.max_depth", "params.learning_rate", "params.min_child_weight",
+                                      "params.subsample", "params.colsample_bytree"}
+    cfg = config_of(spec, {"params.max_depth": 7})
+    assert (cfg.family, cfg.model_params) == ("xgboost", {"max_depth": 7, "num_boost_round": 50,
+                                                          "learning_rate": 0.1, "subsample": 0.8})
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda d: d["model"]["params"].update(max_depth=-1), "model.params.max_depth: -1 is out of range: it must be >= 1"),
+    (lambda d: d["model"]["params"].update(learning_rate=0), "model.params.learning_rate: 0 is out of range: it must be > 0"),
+    (lambda d: d["model"]["params"].update(maxdepth=3), "model.params.maxdepth: XGBoost parameter 'maxdepth' is not one"),
+    (lambda d: d["model"]["params"].update(max_depth=2.5), "model.params.max_depth: 2.5 is not a whole number"),
+    (lambda d: d["model"]["params"].update(objective="reg:squarederror"),
+     "model.params.objective: 'reg:squarederror' cannot serve target.task binary_classification"),
+    (lambda d: d["model"].update(hidden_sizes=[8]), "['hidden_sizes'] apply to networks, not to family xgboost"),
+    (lambda d: d["training"].update(warm_start={"days": 3}), "training.warm_start: fine-tuning applies to networks"),
+    (lambda d: d["training"].update(strategy="fsdp"), "training.strategy: fsdp shards a network"),
+    (lambda d: d.update(tuning={"space": {"width": {"low": 8, "high": 64}}}),
+     "tuning.space: ['width'] tune a network's training; family xgboost is tuned through params.<name>"),
+    (lambda d: d.update(tuning={"space": {"params.depth": {"low": 2, "high": 8}}}),
+     "tuning.space: ['params.depth'] are not XGBoost parameters the platform accepts"),
+])
+def test_a_bad_boosted_model_is_refused_at_load_naming_the_field(tmp_path, spec_dict, change, problem):
+    as_boosted(spec_dict)
+    spec_dict.setdefault("training", {})
+    change(spec_dict)
+    path = write_spec(tmp_path, spec_dict)
+    message = error(path)
+    assert str(path) in message and problem in message, message

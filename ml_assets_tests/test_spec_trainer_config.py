@@ -135,7 +135,7 @@ def test_every_trainer_field_reads_one_spec_setting_or_is_set_by_the_caller():
     assert len(set(FROM_SPEC.values())) == len(FROM_SPEC), "two TrainConfig fields read one setting"
     others = {field: path for field, path in FROM_SPEC.items() if not path.startswith("training.")}
     assert {f for f, p in others.items() if p.startswith("model.")} == {
-        "family", "hidden_sizes", "dropout", "model_factory", "model_params", "model_code_path"}
+        "family", "hidden_sizes", "dropout", "model_factory", "model_params", "model_code_path", "tracker_port"}
     for path in others.values():
         section, _, setting = path.rpartition(".")
         owner = {"model": ArchitectureSpec, "target": ModelSpec.model_fields["target"].annotation, "": ModelSpec}[section]
@@ -155,6 +155,8 @@ def test_every_training_setting_reaches_the_trainer_or_is_marked_orchestration()
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_config_is_the_hand_copied_one(name: str, overrides: dict | None):
     spec = SPECS[name]()
+    if spec.model.boosted and overrides:
+        pytest.skip("a tuned network's values (family, width, ...) are refused for gradient-boosted trees")
     args = (spec, TRAIN, VAL, STATE, "s3://checkpoints/flights_delay/date=2013-01-05/run", overrides)
 
     config = train_config(*args, owner="Dagster run 1234")

@@ -15,12 +15,13 @@ from ml_assets.layout import (
     META_FILE,
     MLFLOW_MODEL,
     MLFLOW_TRAINING,
-    WEIGHTS_FILE,
     sibling,
+    weights_file,
 )
 from ml_assets.registry.record import GateTags, RegisteredRecord, VersionTags
 from ml_assets.registry.versions import (
     CHALLENGER,
+    RegistryError,
     ensure_registered_model,
     move_challenger,
     training_run,
@@ -112,15 +113,12 @@ def register(step: Step, ckpt: CheckpointRecord, evaluation: EvaluationRecord, t
 
 
 def _log_model(client, run_id: str, step: Step, ckpt: CheckpointRecord) -> None:
-    """The pyfunc model (pickle-free: MLflow "models from code"; weights in safetensors, state and
-    spec in JSON) and the training config, verified against the checkpoint's sha256s."""
+    """The pyfunc model (pickle-free: MLflow "models from code"; weights in safetensors or a booster's
+    UBJSON, state and spec in JSON) and the training config, verified against the checkpoint's sha256s."""
     from ml_assets.serving import pyfunc
 
-    result = ckpt.result
     with tempfile.TemporaryDirectory(prefix="ml_assets-register-") as tmp:
-        files = {name: read_verified(sibling(str(result.checkpoint_uri), name), file_sha) for name, file_sha in (
-            (WEIGHTS_FILE, result.checkpoint_sha256), (META_FILE, result.meta_sha256),
-            (FEATURE_STATE_FILE, result.feature_state_sha256))}
+        files = exported_files(ckpt)
         spec_json = json.dumps(step.spec.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
         example = pyfunc.input_example(step.spec, _validation_rows(ckpt))
         client.log_artifacts(run_id, str(pyfunc.save(Path(tmp) / "model", files, spec_json, example)), MLFLOW_MODEL)
@@ -131,6 +129,19 @@ def _log_model(client, run_id: str, step: Step, ckpt: CheckpointRecord) -> None:
         decision = Path(tmp) / DECISION_FILE
         decision.write_text(json.dumps(ckpt.decision or {"kind": "full"}, indent=1, sort_keys=True))
         client.log_artifact(run_id, str(decision), MLFLOW_TRAINING)
+
+
+def exported_files(ckpt: CheckpointRecord) -> dict[str, bytes]:
+    """The trainer's export, each file read against the sha256 the trainer reported: meta.json first,
+    since it names the weights file (``model.safetensors``, or ``model.ubj`` for a booster)."""
+    result = ckpt.result
+    meta = read_verified(sibling(str(result.checkpoint_uri), META_FILE), result.meta_sha256)
+    weights = weights_file(json.loads(meta))
+    if str(result.checkpoint_uri).rsplit("/", 1)[-1] != weights:
+        raise RegistryError(f"{result.checkpoint_uri}: the checkpoint's meta.json names its weights {weights}")
+    return {weights: read_verified(str(result.checkpoint_uri), result.checkpoint_sha256), META_FILE: meta,
+            FEATURE_STATE_FILE: read_verified(sibling(str(result.checkpoint_uri), FEATURE_STATE_FILE),
+                                              result.feature_state_sha256)}
 
 
 def _validation_rows(ckpt: CheckpointRecord):

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ml_assets.layout import META_FILE, MLFLOW_MODEL, WEIGHTS_FILE
+from ml_assets.layout import META_FILE, MLFLOW_MODEL
 from ml_assets.names import check_model_name
 from ml_assets.registry.record import VersionTags
 
@@ -181,14 +181,18 @@ def run_json(client: MlflowClient, run_id: str | None, path: str) -> dict | None
 
 
 def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:
-    """The version's pyfunc directory, its weights checked against the version's sha256 tag."""
-    from ml_assets.serving.pyfunc import model_files
+    """The version's pyfunc directory, its weights (``model.safetensors``, or a booster's ``model.ubj``,
+    as its meta.json names it) checked against the version's sha256 tag."""
+    from ml_assets.serving.pyfunc import weights_path
 
     local = Path(client.download_artifacts(mv.run_id, MLFLOW_MODEL, str(dest)))
-    weights = model_files(local)[WEIGHTS_FILE]
+    try:
+        weights = weights_path(local)
+    except (ValueError, OSError) as exc:  # a meta.json that cannot be read or names no known file
+        raise RegistryError(f"{mv.name} version {mv.version}: {mv.source}/artifacts/{META_FILE}: {exc}") from None
     expected = VersionTags.from_tags(mv.tags).checkpoint_sha256
     if not weights.exists():
-        raise RegistryError(f"{mv.name} version {mv.version}: {mv.source} has no artifacts/model.safetensors")
+        raise RegistryError(f"{mv.name} version {mv.version}: {mv.source} has no artifacts/{weights.name}")
     actual = hashlib.sha256(weights.read_bytes()).hexdigest()
     if actual != expected:
         raise RegistryError(f"{mv.name} version {mv.version}: weights sha256 {actual} differ from the "
@@ -197,17 +201,16 @@ def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:
 
 
 def load_version(client: MlflowClient, mv: ModelVersion) -> LoadedCheckpoint:
-    """A registered version as the evaluation loads a fresh checkpoint (verified, pickle-free)."""
-    from ml_assets.serving.pyfunc import code_dir, model_files
+    """A registered version as the evaluation loads a fresh checkpoint (verified, pickle-free): a
+    network, or a booster (``LoadedCheckpoint.model`` an ``xgboost.Booster``)."""
+    from ml_assets.serving.pyfunc import code_dir, weights_path
     from ml_assets.trainer.checkpoint import load_checkpoint
     from ml_assets.trainer.config import DataRef
 
     with tempfile.TemporaryDirectory(prefix="ml_assets-version-") as tmp:
         local = download_model(client, mv, Path(tmp))
-        files = model_files(local)
-        meta = files[META_FILE]
+        meta = local / "artifacts" / META_FILE
         # A factory's model is rebuilt from the code registered with it (its pin is checked).
-        return load_checkpoint(DataRef(uri=str(files[WEIGHTS_FILE]), sha256=VersionTags.from_tags(mv.tags).checkpoint_sha256),
+        return load_checkpoint(DataRef(uri=str(weights_path(local)), sha256=VersionTags.from_tags(mv.tags).checkpoint_sha256),
                                DataRef(uri=str(meta), sha256=hashlib.sha256(meta.read_bytes()).hexdigest()),
                                code_path=str(code_dir(meta)))
-

@@ -17,6 +17,8 @@ def predict(loaded: LoadedCheckpoint, frame: pl.DataFrame) -> np.ndarray:
     from ml_assets.features.state import transform
 
     encoded = transform(frame, loaded.feature_state)
+    if loaded.meta.get("family") == "xgboost":
+        return _boosted(loaded, encoded)
     with torch.no_grad():
         out = loaded.model(torch.from_numpy(encoded.numeric), torch.from_numpy(encoded.categorical))
     if loaded.meta["task"] == "binary_classification":
@@ -25,3 +27,18 @@ def predict(loaded: LoadedCheckpoint, frame: pl.DataFrame) -> np.ndarray:
         # In float64: float32 softmax rows sum to 1 only within ~1e-7, and scorers check the sum.
         out = torch.softmax(out.double(), dim=1)
     return out.numpy().astype(np.float64)
+
+
+def _boosted(loaded: LoadedCheckpoint, encoded) -> np.ndarray:
+    """A booster's predictions: its objective already gives probabilities (binary:logistic,
+    multi:softprob) or values (reg:squarederror)."""
+    import xgboost
+
+    from ml_assets.trainer.booster_data import inputs
+
+    matrix = xgboost.DMatrix(inputs(encoded), feature_names=loaded.meta["feature_names"],
+                             feature_types=loaded.meta["feature_types"], enable_categorical=True)
+    out = loaded.model.predict(matrix).astype(np.float64)
+    if loaded.meta["task"] == "multiclass_classification":
+        out = out / out.sum(axis=1, keepdims=True)  # float32 rows sum to 1 only within ~1e-7
+    return out

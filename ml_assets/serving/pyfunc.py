@@ -18,9 +18,11 @@ Joins and rolling aggregates need dimension tables and earlier days, which one r
 
 Saved as MLflow "models from code" (``mlflow_model.py``): loading runs the ``ml_assets`` code that
 travels in the model directory's ``code/`` (MLflow's ``code_paths``: the copy the version was
-registered with, which MLflow puts first on ``sys.path``) and reads JSON and safetensors; there is no
-pickle in the model directory. Its requirements name only published packages (``SERVING_PACKAGES``
-at the versions registered), so ``mlflow models serve`` needs no index that serves ml_assets.
+registered with, which MLflow puts first on ``sys.path``) and reads JSON and safetensors (a network)
+or XGBoost's UBJSON (family xgboost: ``model.ubj`` in place of ``model.safetensors``, parsed as data);
+there is no pickle in the model directory. Its requirements name only published packages
+(``SERVING_PACKAGES``, and XGBoost's for a booster, at the versions registered), so
+``mlflow models serve`` needs no index that serves ml_assets.
 
 Served over HTTP, the signature's feature columns are required: a request without one, or with a
 value of the wrong type, gets HTTP 400 naming the column (MLflow's schema enforcement); a problem
@@ -34,13 +36,19 @@ import json
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow.pyfunc
 
-from ml_assets.layout import EXPORT_FILES, FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
+from ml_assets.layout import BOOSTER_FILE, EXPORT_FILES, FEATURE_STATE_FILE, META_FILE, weights_file
 
-FILES = (*EXPORT_FILES, "spec.json")
+if TYPE_CHECKING:
+    import torch
+    import xgboost
+
+SPEC_FILE = "spec.json"
+FILES = (*EXPORT_FILES, SPEC_FILE)
+"""A network's model directory; a booster's holds BOOSTER_FILE in place of the weights (``files_of``)."""
 PREDICTED_CLASS = "predicted_class"
 CODE = Path(__file__).with_name("mlflow_model.py")
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -48,11 +56,24 @@ SERVING_PACKAGES = ("mlflow", "torch", "polars", "numpy", "pandas", "pyarrow", "
                     "fsspec", "pyyaml", "holidays")
 """What loading and predicting with a registered model imports besides the standard library and
 its own code (a test checks this list against a fresh process's imports)."""
+BOOSTER_IMPORTS = ("xgboost",)
+"""What a booster's model imports besides SERVING_PACKAGES (``serving_packages``)."""
 EXAMPLE_ROWS = 2
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files_of(meta: dict) -> tuple[str, ...]:
+    """The files of the model directory of an export described by ``meta``: its weights file (as
+    meta.json names it), meta.json, the feature state and the spec."""
+    return (weights_file(meta), META_FILE, FEATURE_STATE_FILE, SPEC_FILE)
+
+
+def is_booster(meta: dict) -> bool:
+    """A gradient-boosted model's export (family xgboost), by the weights file its meta.json names."""
+    return weights_file(meta) == BOOSTER_FILE
 
 
 # MLflow warns at class creation that predict has no type hints (they would switch on its own input
@@ -62,22 +83,20 @@ warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` met
 
 class TabularModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
-        from safetensors.torch import load as safetensors_load
-
         from ml_assets.spec import ModelSpec
-        from ml_assets.trainer.build import rebuild
         from ml_assets.trainer.checkpoint import LoadedCheckpoint
 
-        paths = {name: Path(context.artifacts[name]) for name in FILES}
-        meta = json.loads(paths[META_FILE].read_bytes())
-        for name, key in ((WEIGHTS_FILE, "weights_sha256"), (FEATURE_STATE_FILE, "feature_state_sha256")):
+        meta = json.loads(Path(context.artifacts[META_FILE]).read_bytes())
+        if missing := [name for name in files_of(meta) if name not in context.artifacts]:
+            raise ValueError(f"the model directory lacks {missing}, which its meta.json names; the model files are damaged")
+        paths = {name: Path(context.artifacts[name]) for name in files_of(meta)}
+        weights = weights_file(meta)
+        # Checked before anything is parsed: the weights and the state must be the bytes meta.json pins.
+        for name, key in ((weights, "weights_sha256"), (FEATURE_STATE_FILE, "feature_state_sha256")):
             if _sha(paths[name]) != meta[key]:
                 raise ValueError(f"{paths[name]}: sha256 does not match meta.json's {key}; the model files are damaged")
-        self.spec = ModelSpec.model_validate(json.loads(paths["spec.json"].read_bytes()))
-        # A factory's package travels in the model directory's code/ (MLflow's code_paths).
-        model = rebuild(meta, str(code_dir(paths[META_FILE])))
-        model.load_state_dict(safetensors_load(paths[WEIGHTS_FILE].read_bytes()))
-        model.eval()
+        self.spec = ModelSpec.model_validate(json.loads(paths[SPEC_FILE].read_bytes()))
+        model = _booster(paths[weights]) if is_booster(meta) else _network(meta, paths[weights])
         self.loaded = LoadedCheckpoint(model, meta, json.loads(paths[FEATURE_STATE_FILE].read_bytes()))
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None):
@@ -107,6 +126,26 @@ class TabularModel(mlflow.pyfunc.PythonModel):
             return frame
         lazy = build._time_parts(self.spec, build.dated(self.spec, frame.lazy()), streaming=False)
         return lazy.collect(engine="in-memory").select([*frame.columns, *sorted(missing)])
+
+
+def _network(meta: dict, weights: Path) -> torch.nn.Module:
+    """The network in eval mode, its verified safetensors weights loaded (tensors only, no pickle)."""
+    from safetensors.torch import load as safetensors_load
+
+    from ml_assets.trainer.build import rebuild
+
+    # A factory's package travels in the model directory's code/ (MLflow's code_paths).
+    model = rebuild(meta, str(code_dir(weights)))
+    model.load_state_dict(safetensors_load(weights.read_bytes()))
+    model.eval()
+    return model
+
+
+def _booster(weights: Path) -> xgboost.Booster:
+    """The xgboost.Booster from its verified UBJSON (XGBoost parses it as data: no pickle)."""
+    from ml_assets.trainer.export import load_booster
+
+    return load_booster(weights.read_bytes())
 
 
 def code_dir(artifact: Path) -> Path:
@@ -168,13 +207,12 @@ def save(path: Path, files: dict[str, bytes], spec_json: bytes, example=None) ->
 
     from ml_assets.spec import ModelSpec
 
-    spec = ModelSpec.model_validate(json.loads(spec_json))
-    signature = ModelSignature(inputs=Schema(signature_columns(spec)),
-                               outputs=output_schema(json.loads(files[META_FILE]).get("classes") or []))
+    spec, meta = ModelSpec.model_validate(json.loads(spec_json)), json.loads(files[META_FILE])
+    signature = ModelSignature(inputs=Schema(signature_columns(spec)), outputs=output_schema(meta.get("classes") or []))
     with tempfile.TemporaryDirectory(prefix="ml_assets-pyfunc-") as tmp:
         artifacts = {}
-        for name in FILES:
-            (Path(tmp) / name).write_bytes(spec_json if name == "spec.json" else files[name])
+        for name in files_of(meta):
+            (Path(tmp) / name).write_bytes(spec_json if name == SPEC_FILE else files[name])
             artifacts[name] = str(Path(tmp) / name)
         # The library's code travels with the model, as a factory's does (no bytecode, no demo specs).
         code = Path(tmp) / "code" / "ml_assets"
@@ -185,19 +223,36 @@ def save(path: Path, files: dict[str, bytes], spec_json: bytes, example=None) ->
                 str(path), python_model=str(CODE), artifacts=artifacts, signature=signature,
                 input_example=example,
                 # Pinned here: inferring requirements would load and run the model in a subprocess.
-                pip_requirements=requirements(),
-                code_paths=[str(code), *(_factory_code(json.loads(files[META_FILE]), spec) or [])],
+                pip_requirements=requirements(meta),
+                code_paths=[str(code), *(_factory_code(meta, spec) or [])],
             )
     return path
 
 
-def requirements() -> list[str]:
-    """SERVING_PACKAGES at the versions installed here, as an index publishes them: a local label
-    (torch's ``+cpu``) is dropped, since an index serves ``2.13.0`` and a wheel's label says its build."""
+def requirements(meta: dict | None = None) -> list[str]:
+    """The serving packages of the export ``meta`` describes (``serving_packages``) at the versions
+    installed here, as an index publishes them: a local label (torch's ``+cpu``) is dropped, since an
+    index serves ``2.13.0`` and a wheel's label says its build."""
     from importlib.metadata import distributions
 
     installed = {(dist.name or "").lower(): dist.version for dist in distributions()}
-    return [f"{name}=={installed[name].split('+')[0]}" for name in SERVING_PACKAGES if name in installed]
+    return [f"{name}=={installed[name].split('+')[0]}" for name in serving_packages(meta or {}) if name in installed]
+
+
+def serving_packages(meta: dict) -> tuple[str, ...]:
+    """SERVING_PACKAGES, and for a booster the distribution that provides ``xgboost`` here: XGBoost
+    publishes the same module as ``xgboost`` (with CUDA) and ``xgboost-cpu``, and the model must be
+    served by the build it was registered with, not whichever an index resolves ``xgboost`` to."""
+    if not is_booster(meta):
+        return SERVING_PACKAGES
+    from importlib.metadata import packages_distributions
+
+    owners = packages_distributions()
+    found = sorted({dist.lower() for name in BOOSTER_IMPORTS for dist in owners.get(name, [])})
+    if not found:
+        raise RuntimeError(f"a booster model needs {', '.join(BOOSTER_IMPORTS)} to be served, and it is not "
+                           "installed here to pin its version (pip install xgboost)")
+    return (*SERVING_PACKAGES, *found)
 
 
 def _factory_code(meta: dict, spec) -> list[str] | None:
@@ -211,6 +266,19 @@ def _factory_code(meta: dict, spec) -> list[str] | None:
     return [str(code_pin.package_root(pinned["module"], spec.model.code_path or ""))]
 
 
+def _saved_meta(model_dir: Path) -> dict:
+    """A saved (or downloaded) pyfunc directory's meta.json; empty without one (the caller then finds
+    a network's file names missing and says so)."""
+    path = model_dir / "artifacts" / META_FILE
+    return json.loads(path.read_bytes()) if path.is_file() else {}
+
+
 def model_files(model_dir: Path) -> dict[str, Path]:
-    """The exported files inside a saved (or downloaded) pyfunc directory."""
-    return {name: model_dir / "artifacts" / name for name in FILES}
+    """The exported files inside a saved (or downloaded) pyfunc directory, by name: the weights file
+    is the one its meta.json names (``model.safetensors``, or ``model.ubj`` for a booster)."""
+    return {name: model_dir / "artifacts" / name for name in files_of(_saved_meta(model_dir))}
+
+
+def weights_path(model_dir: Path) -> Path:
+    """The weights file inside a saved (or downloaded) pyfunc directory, whichever kind of export."""
+    return model_dir / "artifacts" / weights_file(_saved_meta(model_dir))

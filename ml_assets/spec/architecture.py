@@ -2,7 +2,11 @@
 
     model: {family: mlp, hidden_sizes: [64, 32], dropout: 0.1}          # built in
 
-    model:                                                             # your own (docs/custom-models.md)
+    model:                                                             # gradient-boosted trees
+      family: xgboost
+      params: {max_depth: 6, learning_rate: 0.1, num_boost_round: 300}   # XGBoost's (ml_assets.trainer.boosting)
+
+    model:                                                             # your own (docs/models.md)
       module: "ft_transformer.model:build"
       code_path: .            # searched first, relative to the spec file; unset: an installed package
       params: {d_token: 32, n_blocks: 2}
@@ -27,9 +31,9 @@ BUILT_IN = ("family", "hidden_sizes", "dropout")
 
 
 class ArchitectureSpec(StrictModel):
-    family: Literal["mlp", "residual_mlp"] | None = Field(default=None, description=(
-        "a built-in family: mlp (embeddings + MLP) or residual_mlp (embeddings + pre-norm residual blocks); "
-        "the default when module is unset"))
+    family: Literal["mlp", "residual_mlp", "xgboost"] | None = Field(default=None, description=(
+        "a built-in family: mlp (embeddings + MLP), residual_mlp (embeddings + pre-norm residual blocks), or "
+        "xgboost (gradient-boosted trees: params are XGBoost's); mlp when module is unset"))
     hidden_sizes: list[PositiveInt] | None = Field(default=None, min_length=1, description=(
         "built-in families: the hidden layers (residual_mlp: width hidden_sizes[0], one block per entry); "
         "default [64, 32]"))
@@ -38,7 +42,10 @@ class ArchitectureSpec(StrictModel):
         "'package.module:factory': a function (inputs: ModelInputs, **params) -> torch.nn.Module, or a "
         "ModelFactory with hooks (ml_assets.trainer.contract)"))
     params: dict[str, Any] = Field(default_factory=dict, description=(
-        "the factory's keyword arguments (its hyperparameters), validated by the factory"))
+        "the factory's keyword arguments (its hyperparameters), validated by the factory; with family xgboost, "
+        "XGBoost's parameters (max_depth, learning_rate, num_boost_round, subsample, ...), checked at load"))
+    tracker_port: int = Field(default=0, ge=0, le=65535, description=(
+        "family xgboost on several ranks: the port rank 0's XGBoost tracker listens on (0: any free port)"))
     code_path: str | None = Field(default=None, description=(
         "a directory searched for the factory's package before the installed ones, relative to the spec "
         "file; its code is pinned by sha256 and travels with the registered model"))
@@ -61,9 +68,16 @@ class ArchitectureSpec(StrictModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> ArchitectureSpec:
+        if self.boosted:
+            given = [name for name in ("hidden_sizes", "dropout", "module", "code_path") if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{given} apply to networks, not to family xgboost (its settings are params)")
+            return self
+        if self.tracker_port:
+            raise ValueError("tracker_port applies to family xgboost")
         if self.module is None:
             if self.params or self.code_path is not None:
-                raise ValueError("params and code_path apply to a factory: set module")
+                raise ValueError("params and code_path apply to a factory (set module) or to family xgboost")
             return self
         given = [name for name in BUILT_IN if getattr(self, name) is not None]
         if given:
@@ -73,6 +87,11 @@ class ArchitectureSpec(StrictModel):
     @property
     def custom(self) -> bool:
         return self.module is not None
+
+    @property
+    def boosted(self) -> bool:
+        """Gradient-boosted trees (family xgboost), not a network."""
+        return self.family == "xgboost"
 
     @property
     def family_name(self) -> str:
@@ -124,17 +143,24 @@ def move_legacy(data: object) -> object:
 
 def factory_default_space(data: object) -> object:
     """A factory's spec without a tuning space searches the optimizer's settings (the built-in
-    families' default space tunes their own layers, which a factory does not have)."""
-    from ml_assets.spec.tuning import OPTIMIZER_SPACE
+    families' default space tunes their own layers, which a factory does not have); a boosted
+    model's searches XGBoost's usual parameters."""
+    from ml_assets.spec.tuning import BOOSTING_SPACE, OPTIMIZER_SPACE
 
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict) or not data["model"].get("module"):
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        return data
+    if data["model"].get("family") == "xgboost":
+        space = BOOSTING_SPACE
+    elif data["model"].get("module"):
+        space = OPTIMIZER_SPACE
+    else:
         return data
     tuning = data.get("tuning")
     if tuning is None:
         tuning = {}
     if not isinstance(tuning, dict) or "space" in tuning:
         return data
-    return {**data, "tuning": {**tuning, "space": OPTIMIZER_SPACE}}
+    return {**data, "tuning": {**tuning, "space": space}}
 
 
 def resolve_code_path(data: object, spec_file: Path) -> object:

@@ -106,8 +106,33 @@ class ModelSpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _boosting(self) -> ModelSpec:
+        if not self.model.boosted:
+            return self
+        from ml_assets.trainer.boosting import problems
+
+        if wrong := problems(self.model.params, self.target.task):
+            raise ValueError("model.params." + "; model.params.".join(wrong))
+        if self.training.warm_start is not None:
+            raise ValueError("training.warm_start: fine-tuning applies to networks; family xgboost retrains in "
+                             "full every partition (continued boosting is not supported yet): remove warm_start")
+        if self.training.strategy != "ddp":
+            raise ValueError(f"training.strategy: {self.training.strategy} shards a network; family xgboost "
+                             "shards the rows over the ranks (leave strategy out)")
+        return self
+
+    @model_validator(mode="after")
     def _tunable(self) -> ModelSpec:
         space = set(self.tuning.space)
+        if self.model.boosted:
+            if wrong := sorted(s for s in space if not s.startswith(PARAMS_PREFIX)):
+                raise ValueError(f"tuning.space: {wrong} tune a network's training; family xgboost is tuned through "
+                                 "params.<name> (XGBoost's parameters)")
+            from ml_assets.trainer.boosting import PARAMS
+
+            if wrong := sorted(s for s in space if s[len(PARAMS_PREFIX):] not in PARAMS):
+                raise ValueError(f"tuning.space: {wrong} are not XGBoost parameters the platform accepts")
+            return self
         if self.model.custom:
             if wrong := sorted(space & BUILT_IN_TUNABLE):
                 raise ValueError(f"tuning.space: {wrong} tune the built-in families; the factory "
@@ -189,6 +214,7 @@ class ModelSpec(StrictModel):
             _drop(data, "training", "pod")
         # Where the factory's code lies is not what it is: its content is pinned by sha256 instead.
         _drop(data, "model", "code_path")
+        _drop(data, "model", "tracker_port")  # where the ranks meet, not what they learn
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

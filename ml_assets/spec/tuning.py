@@ -19,6 +19,14 @@ OPTIMIZER_SPACE = {
     "batch_size": {"choices": [128, 256, 512]},
 }
 """The default space of a model of your own: the optimizer's settings (its params are its own to declare)."""
+BOOSTING_SPACE = {
+    "params.max_depth": {"low": 3, "high": 10, "integer": True},
+    "params.learning_rate": {"low": 0.02, "high": 0.3, "log": True},
+    "params.min_child_weight": {"low": 1.0, "high": 20.0, "log": True},
+    "params.subsample": {"low": 0.6, "high": 1.0},
+    "params.colsample_bytree": {"low": 0.6, "high": 1.0},
+}
+"""The default space of a boosted model (family xgboost): XGBoost's parameters, by name."""
 
 
 class RangeSpec(StrictModel):
@@ -49,15 +57,20 @@ class RangeSpec(StrictModel):
 
 class PrunerSpec(StrictModel):
     kind: Literal["hyperband", "successive_halving", "median", "none"] = "hyperband"
-    min_resource: PositiveInt = 1
+    min_resource: PositiveInt = Field(default=1, description=(
+        "hyperband, successive_halving: epochs (a boosted model's pruning reports) before the first rung"))
     reduction_factor: int = Field(default=3, ge=2)
-    warmup_epochs: int = Field(default=1, ge=0, description="median: epochs before pruning starts")
+    warmup_epochs: int = Field(default=1, ge=0, description=(
+        "median: epochs (a boosted model's pruning reports) before pruning starts"))
 
 
 class TuningSpec(StrictModel):
     trials: PositiveInt = Field(default=20, description="the study's total; re-materializing continues to it")
     workers: PositiveInt = Field(default=1, le=64, description="parallel trial processes (several need PostgreSQL)")
-    max_epochs: PositiveInt = Field(default=9, description="epochs of a trial that is never pruned")
+    max_epochs: PositiveInt = Field(default=9, description=(
+        "epochs of a trial that is never pruned, hyperband's largest resource. Family xgboost: the "
+        "trial's pruning reports instead, one every num_boost_round / max_epochs rounds (rounded up; "
+        "the last at its last round); a trial trains all its num_boost_round"))
     processes_per_trial: PositiveInt = Field(default=1, le=64, description="torchrun ranks of one trial")
     window_days: int | None = Field(default=None, ge=3, le=366, description="default: training.window_days")
     sampler_seed: int = 0

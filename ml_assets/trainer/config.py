@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 TASKS = ("binary_classification", "regression", "multiclass_classification")
-FAMILIES = ("mlp", "residual_mlp")
+FAMILIES = ("mlp", "residual_mlp", "xgboost")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 ASYNC_MODES = ("off", "thread", "process")
 STRATEGIES = ("ddp", "fsdp")
@@ -84,7 +84,8 @@ class TrainConfig:
     restarted run with the same config resumes from the newest complete checkpoint here."""
 
     family: str = option("mlp", spec="model.family_name")
-    """``mlp`` (embeddings + MLP) or ``residual_mlp`` (embeddings + pre-norm residual blocks)."""
+    """``mlp`` (embeddings + MLP), ``residual_mlp`` (embeddings + pre-norm residual blocks), or
+    ``xgboost`` (gradient-boosted trees, ml_assets.trainer.boost: model_params are XGBoost's)."""
     epochs: int = option(8, spec="training.epochs")
     batch_size: int = option(256, spec="training.batch_size")
     """Global batch per optimizer step: each of W ranks takes batch_size // (W * grad_accum_steps)
@@ -104,7 +105,10 @@ class TrainConfig:
     """A factory's import path, ``package.module:build`` (ml_assets.trainer.contract), instead of a
     built-in family; family, hidden_sizes and dropout then do not apply."""
     model_params: dict = option(spec="model.params", later=True, default_factory=dict)
-    """The factory's keyword arguments (its hyperparameters)."""
+    """The factory's keyword arguments (its hyperparameters), or XGBoost's parameters (family xgboost,
+    ml_assets.trainer.boosting)."""
+    tracker_port: int = option(0, spec="model.tracker_port", weights=False)
+    """family xgboost, several ranks: the port rank 0's XGBoost tracker listens on (0: any free one)."""
     model_code: dict = option(later=True, default_factory=dict)
     """The factory's code pin (ml_assets.trainer.code_pin.pin); computed when left empty."""
     model_code_path: str = option("", spec="model.code_path", weights=False)
@@ -177,7 +181,8 @@ class TrainConfig:
     held."""
     epoch_log: str = option("", weights=False)
     """A local file rank 0 appends one JSON line to after each epoch ({"epoch", "train_loss",
-    "val_loss"}): how a tuning trial's pruner sees the validation loss while the trainer runs."""
+    "val_loss"}; a boosted model: every report_every_steps rounds, "epoch" being the round): how a
+    tuning trial's pruner sees the validation loss while the trainer runs."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -233,12 +238,23 @@ class TrainConfig:
              f"lease_wait_seconds must be in [0, {MAX_LEASE_WAIT_SECONDS:g}], got {self.lease_wait_seconds}")
         need(self.init_weights is None or len(self.init_weights.sha256) == 64,
              "init_weights needs the parent weights' sha256")
-        if self.model_factory:
+        need(0 <= self.tracker_port <= 65535, f"tracker_port must be in [0, 65535], got {self.tracker_port}")
+        self._check_model(problems)
+        if problems:
+            raise ValueError("invalid training config: " + "; ".join(problems))
+
+    def _check_model(self, problems: list[str]) -> None:
+        if self.family == "xgboost":
+            from ml_assets.trainer.boosting import problems as boosting_problems
+
+            problems.extend(f"model_params.{p}" for p in boosting_problems(self.model_params, self.task))
+            if self.model_factory or self.init_weights is not None or self.strategy != "ddp":
+                problems.append("family xgboost trains no network: model_factory, init_weights and strategy fsdp "
+                                "do not apply")
+        elif self.model_factory:
             self._pin_code(problems)
         elif self.model_params or self.model_code:
             problems.append("model_params and model_code apply with model_factory")
-        if problems:
-            raise ValueError("invalid training config: " + "; ".join(problems))
 
     def _pin_code(self, problems: list[str]) -> None:
         from ml_assets.trainer.code_pin import IMPORT_PATH

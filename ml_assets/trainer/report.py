@@ -14,6 +14,7 @@ from ml_assets.trainer.result import TrainingResult, rank_seconds
 from ml_assets.trainer.runtime import Runtime
 
 if TYPE_CHECKING:
+    from ml_assets.trainer.boost import BoostTrainer
     from ml_assets.trainer.train import Trainer
 
 REPORT_FILE = "report.json"
@@ -29,20 +30,20 @@ def write_report(output_dir: str, metadata: dict, data_version: str) -> str:
     return uri
 
 
-def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer, saved: dict, acct: dict, which: str,
+def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer | BoostTrainer, saved: dict, acct: dict, which: str,
                     lease: dict | None = None) -> dict:
     """The trained checkpoint's materialization metadata (Pipes' form: typed values as raw_value/type)."""
     p = trainer.progress
     last = p.history[-1] if p.history else {}
     held = held_seconds(acct["wall_s"])
-    cpu_rank_s, gpu_rank_s = rank_seconds(rt.device.type, rt.world, held)
+    cpu_rank_s, gpu_rank_s = rank_seconds(getattr(trainer, "device_type", rt.device.type), rt.world, held)
     return TrainingResult(
         checkpoint_uri=saved["uri"], checkpoint_sha256=saved["sha256"], checkpoint_bytes=saved["bytes"],
         meta_uri=saved["meta_uri"], meta_sha256=saved["meta_sha256"],
         feature_state_sha256=cfg.feature_state.sha256,
-        train_rows=trainer.train_rows, val_rows=len(trainer.val_t[2]),
+        train_rows=trainer.train_rows, val_rows=trainer.val_rows,
         world_size=rt.world, device=str(rt.device), backend=rt.backend,
-        precision=str(trainer.autocast_dtype or torch.float32).replace("torch.", ""),
+        precision=trainer.precision_name,
         steps=p.step, stop_reason=p.stop_reason, weights_from=which,
         resumed_from_step=trainer.resumed_from if trainer.resumed_from is not None else -1,
         final_train_loss=last.get("train_loss", float("nan")), final_val_loss=last.get("val_loss", float("nan")),

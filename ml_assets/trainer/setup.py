@@ -99,6 +99,14 @@ class TrainerSetup:
         self._last_saved_step = 0
         self._last_save_time = time.monotonic()
 
+    @property
+    def val_rows(self) -> int:
+        return len(self.val_t[2])
+
+    @property
+    def precision_name(self) -> str:
+        return str(self.autocast_dtype or torch.float32).replace("torch.", "")
+
     def epoch_rows(self, epoch: int) -> int:
         """Rows of an epoch over all ranks (streaming: with padding; its epochs' lengths differ)."""
         if self.stream is not None:

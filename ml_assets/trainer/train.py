@@ -34,6 +34,7 @@ import torch
 
 from ml_assets import processes
 from ml_assets.trainer.channel import Channel
+from ml_assets.trainer.boost import TrackerError
 from ml_assets.trainer.checkpoint import export_model
 from ml_assets.trainer.code_pin import ModelContractError
 from ml_assets.trainer.config import TrainConfig
@@ -114,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     code, result = 0, None
     try:
         try:
-            result = run(cfg, rt, channel.log, channel.report, channel.warn)
+            result = _train(cfg)(cfg, rt, channel.log, channel.report, channel.warn)
         except Preempted:
             code = EXIT_PREEMPTED
             stop_the_agent()
-        except ModelContractError as exc:
+        except (ModelContractError, TrackerError) as exc:
             # The same on every restart: say why once and stop, with nothing written.
             channel.warn(str(exc))
             channel.report({"kind": "refused", "message": str(exc)})
@@ -144,6 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         compute_cleanup()
     return code
+
+
+def _train(cfg: TrainConfig) -> Callable[..., dict]:
+    """The loop a config trains with: boosting rounds (ml_assets.trainer.boost) or the network's steps."""
+    if cfg.family == "xgboost":
+        from ml_assets.trainer.boost import run as boost
+
+        return boost
+    return run
 
 
 def _report_export(cfg: TrainConfig, rt: Runtime, result: dict, channel: Channel) -> None:

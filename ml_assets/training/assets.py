@@ -31,7 +31,7 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=wiring.key,
         deps=wiring.deps,
-        group_name=spec.name, partitions_def=daily_partitions(spec), kinds={"pytorch"}, code_version=version,
+        group_name=spec.name, partitions_def=daily_partitions(spec), kinds={_kind(spec)}, code_version=version,
         tags={"ml_assets/stage": "training"},
         pool=GPU_POOL,  # the production instance limits how many training steps run at once
         # Only a preemption (checkpoint written, TrainingPreempted) is retried: the retry resumes.
@@ -79,3 +79,8 @@ def build_trained_checkpoint(spec: ModelSpec) -> dg.AssetsDefinition:
                                    metadata=record.to_metadata())
 
     return trained_checkpoint
+
+
+def _kind(spec) -> str:
+    """The technology the UI shows on the asset: the network's or the trees'."""
+    return "xgboost" if spec.model.boosted else "pytorch"

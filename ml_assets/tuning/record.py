@@ -85,6 +85,8 @@ class TunedRecord(Record):
     trials_failed: int
     trials_retried: int
     epochs_spent: int
+    """Epochs the trials trained, added up; a boosted model's: its pruning reports (tuning.max_epochs'
+    unit), its rounds in ``rounds_spent``."""
     window: dict[str, list[str]] = field("json")
     """{"train": [...days], "validation": [...days]}"""
     param_importances: dict[str, float] = field("json")
@@ -99,6 +101,8 @@ class TunedRecord(Record):
     """The wall seconds of the trials this run ran, added up (parallel workers' overlap: each counts)."""
     cpu_rank_seconds: float | None = None
     gpu_rank_seconds: float | None = None
+    rounds_spent: int | None = None
+    """A boosted model's study: the boosting rounds its trials trained, added up (None: networks)."""
 
     def to_metadata(self) -> dict[str, Any]:
         import dagster as dg

@@ -18,6 +18,7 @@ from ml_assets.training.prepare import Prepared
 from ml_assets.training.trainer_config import train_config
 from ml_assets.tuning.record import COMPUTE_ATTR, SpentTrial, TrialCompute, TunedRecord, run_totals
 from ml_assets.tuning.resource import TuningResource
+from ml_assets.tuning.space import BOOSTED
 
 
 def latest_window(instance: dg.DagsterInstance, spec, key: dg.AssetKey) -> tuple[list[str], list[str]]:
@@ -79,6 +80,9 @@ def study_record(job, study, window: dict[str, list[str]], tracking: MlflowTrack
     best, after = study.best_trial, st.counts(study)
     trials = study.get_trials(deepcopy=False)
     epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
+    # A boosted model's "epochs" are its pruning reports; what it trained is counted in rounds.
+    boosted = job.base_config.get("family") == BOOSTED
+    rounds = sum(int(t.user_attrs.get("rounds", 0)) for t in trials) if boosted else None
     workdir, client, parent = Path(job.workdir), tracking.client(), job.parent_run_id
     plots, importances = _plots(study, workdir / "plots")
     client.log_artifacts(parent, str(workdir / "plots"), MLFLOW_TUNING)
@@ -88,18 +92,20 @@ def study_record(job, study, window: dict[str, list[str]], tracking: MlflowTrack
         client.set_tag(parent, f"best.{k}", str(v))
     spent = [spent_trial(t) for t in trials]
     history = [{"trial": t.number, "state": t.state.name, "value": t.value, "epochs": t.user_attrs.get("epochs"),
-                "params": t.params, **s.as_entry()} for t, s in zip(trials, spent, strict=True)]
+                **({"rounds": t.user_attrs.get("rounds")} if boosted else {}), "params": t.params, **s.as_entry()}
+               for t, s in zip(trials, spent, strict=True)]
     urls = {p: tracking.artifact_url(parent, f"{MLFLOW_TUNING}/{p}") for p in plots}
+    trained = f"{rounds} boosting rounds ({epochs} pruning reports)" if boosted else f"{epochs} epochs"
     return TunedRecord(
         study_name=job.study_name, storage=job.storage_url.split("@")[-1],  # no credentials
         best_value=float(best.value), best_trial=best.number, best_params=best.params,
         trials_completed=after["complete"], trials_pruned=after["pruned"], trials_failed=after["failed"],
-        trials_retried=after["retried"], epochs_spent=epochs, window=window, param_importances=importances,
-        trials=history, mlflow_run_url=tracking.run_url(job.experiment_id, parent), plots=urls,
-        summary=(f"**best val_loss {best.value:.4f}** (trial {best.number} of {len(history)}): `{best.params}`\n\n"
-                 f"completed {after['complete']}, pruned {after['pruned']}, failed {after['failed']}, "
-                 f"re-run after a dead worker {after['retried']}; {epochs} epochs spent.\n\n"
-                 + "\n".join(f"![{p}]({url})" for p, url in urls.items())),
+        trials_retried=after["retried"], epochs_spent=epochs, rounds_spent=rounds, window=window,
+        param_importances=importances, trials=history, mlflow_run_url=tracking.run_url(job.experiment_id, parent),
+        plots=urls, summary=(f"**best val_loss {best.value:.4f}** (trial {best.number} of {len(history)}): "
+                             f"`{best.params}`\n\ncompleted {after['complete']}, pruned {after['pruned']}, failed "
+                             f"{after['failed']}, re-run after a dead worker {after['retried']}; {trained} spent.\n\n"
+                             + "\n".join(f"![{p}]({url})" for p, url in urls.items())),
         **run_totals(spent, job.run_id))
 
 

@@ -25,7 +25,7 @@ import optuna
 
 from ml_assets import processes
 from ml_assets.tuning.record import COMPUTE_ATTR, TrialCompute
-from ml_assets.tuning.space import config_overrides, suggest
+from ml_assets.tuning.space import BOOSTED, config_overrides, integer_dims, suggest
 
 # The heartbeat and the retry of stale trials are marked experimental in Optuna 5; we rely on them.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -153,8 +153,10 @@ def _mlflow(job: Job):
 
 
 def objective(job: Job, trial: optuna.Trial) -> float:
-    """Train with the trial's parameters, reporting each epoch's validation loss to the pruner."""
-    params = suggest(trial, job.space)
+    """Train with the trial's parameters, reporting each epoch's validation loss to the pruner (a
+    boosted model's: every ``report_every`` rounds)."""
+    family = str(job.base_config.get("family", ""))
+    params, boosted = suggest(trial, job.space, integer_dims(family)), family == BOOSTED
     # Which worker ran it (the pod's name on Kubernetes): for reading a failed trial's logs.
     trial.set_user_attr("worker", f"{os.environ.get('HOSTNAME') or socket.gethostname()}:{os.getpid()}")
     out = Path(job.workdir) / f"trial-{trial.number:04d}"
@@ -168,7 +170,7 @@ def objective(job: Job, trial: optuna.Trial) -> float:
     started = time.monotonic()
     proc = _start_trainer(job, out, log)
     try:
-        seen, best = _follow_epochs(trial, proc, epochs_file, client, run_id)
+        seen, best = _follow_epochs(trial, proc, epochs_file, client, run_id, boosted)
     except optuna.TrialPruned:
         _record_compute(trial, job, time.monotonic() - started, epochs_file)
         raise
@@ -184,7 +186,8 @@ def objective(job: Job, trial: optuna.Trial) -> float:
         _finish(client, run_id, "FAILED", {"optuna_state": "FAIL"})
         raise TrialFailed(f"trial {trial.number}: the trainer exited with code {proc.returncode}; "
                           f"its log: {out / 'trainer.log'}")
-    _finish(client, run_id, "FINISHED", {"optuna_state": "COMPLETE", "epochs": str(seen)}, {"best_val_loss": best})
+    _finish(client, run_id, "FINISHED", {"optuna_state": "COMPLETE", **_spent_tags(trial, seen)},
+            {"best_val_loss": best})
     return best
 
 
@@ -208,8 +211,31 @@ def _write_config(job: Job, params: dict[str, Any], out: Path, epochs_file: Path
     base.update(epochs=job.max_epochs, output_dir=str(out / "export"), checkpoint_dir=str(out / "checkpoints"),
                 epoch_log=str(epochs_file), early_stopping_patience=0, checkpoint_every_seconds=0,
                 checkpoint_every_steps=0, keep_last=1, report_every_steps=10_000)
+    if base.get("family") == BOOSTED:
+        base.update(_boosted_fields(base.get("model_params") or {}, job.max_epochs))
     config = TrainConfig.from_dict(base)
     (out / "train_config.json").write_text(config.to_json())
+
+
+def _boosted_fields(model_params: dict[str, Any], max_epochs: int) -> dict[str, Any]:
+    """A boosted trial's fields: its XGBoost params with whole numbers where XGBoost wants them (a
+    value Optuna drew as a float, e.g. from ``choices``), trained for all its rounds (the spec's
+    ``num_boost_round``, or the trial's when it is tuned), and reported to the pruner ``max_epochs``
+    times: for a boosted model ``tuning.max_epochs`` counts pruning reports, the resource hyperband
+    and the median pruner's warmup are measured in. ``epochs`` means nothing to the boosting trainer."""
+    from ml_assets.trainer import boosting
+
+    params = {k: (round(v) if k in boosting.INTEGER and isinstance(v, float) else v)
+              for k, v in model_params.items()}
+    return {"model_params": params, "report_every_steps": report_every(boosting.rounds(params), max_epochs)}
+
+
+def report_every(rounds: int, max_epochs: int) -> int:
+    """Rounds between a boosted trial's reports, so that its ``rounds`` make at most ``max_epochs``
+    reports, the last one at its last round (the trainer reports every ``report_every`` rounds and at
+    the last): rounded up, as rounded down a 200-round trial with max_epochs 9 would report 10 times,
+    once past the resource hyperband stops at. Fewer rounds than max_epochs: every round."""
+    return max(1, -(-rounds // max_epochs))
 
 
 def _start_run(client, job: Job, trial: optuna.Trial, params: dict[str, Any]) -> str:
@@ -239,9 +265,10 @@ def _start_trainer(job: Job, out: Path, log) -> subprocess.Popen:
 
 
 def _follow_epochs(trial: optuna.Trial, proc: subprocess.Popen, epochs_file: Path, client,
-                   run_id: str | None) -> tuple[int, float]:
-    """Each epoch the trainer writes, reported to the pruner (and MLflow) until the trainer exits:
-    the epochs seen and the best validation loss. Raises TrialPruned after stopping the trainer."""
+                   run_id: str | None, boosted: bool = False) -> tuple[int, float]:
+    """Each epoch the trainer writes (a boosted model's: each report of its rounds), reported to the
+    pruner (and MLflow) until the trainer exits: the reports seen and the best validation loss.
+    Raises TrialPruned after stopping the trainer."""
     seen, best = 0, float("inf")
     while True:
         lines = epochs_file.read_text().splitlines() if epochs_file.exists() else []
@@ -249,22 +276,34 @@ def _follow_epochs(trial: optuna.Trial, proc: subprocess.Popen, epochs_file: Pat
             entry = json.loads(line)
             value = float(entry["val_loss"])
             best = min(best, value)
+            seen += 1
             # The pruner sees the trial's value as it would be if it stopped now (its best
             # epoch so far), the same measure it is finally ranked by: a trial whose loss
-            # rises after a good epoch is not judged by its worse epoch.
-            trial.report(best, int(entry["epoch"]))
-            if client is not None:
+            # rises after a good epoch is not judged by its worse epoch. Its step is the report's
+            # number, the unit of tuning.max_epochs (a network's epoch; a boosted model's
+            # report_every rounds), so hyperband's resource is the same for both.
+            trial.report(best, seen)
+            if client is not None:  # MLflow's steps: the network's epochs, the booster's rounds
                 client.log_metric(run_id, "val_loss", value, step=int(entry["epoch"]))
                 client.log_metric(run_id, "train_loss", float(entry["train_loss"]), step=int(entry["epoch"]))
-            seen += 1
             trial.set_user_attr("epochs", seen)
+            if boosted:
+                trial.set_user_attr("rounds", int(entry["step"]))
             if trial.should_prune():
                 _stop(proc)
-                _finish(client, run_id, "KILLED", {"optuna_state": "PRUNED", "epochs": str(seen)})
-                raise optuna.TrialPruned(f"pruned after epoch {seen} (val_loss {value:.4f})")
+                _finish(client, run_id, "KILLED", {"optuna_state": "PRUNED", **_spent_tags(trial, seen)})
+                where = f"report {seen} (round {entry['step']})" if boosted else f"epoch {seen}"
+                raise optuna.TrialPruned(f"pruned after {where} (val_loss {value:.4f})")
         if proc.poll() is not None and len(lines) == seen:
             return seen, best
         time.sleep(0.2)
+
+
+def _spent_tags(trial: optuna.Trial, seen: int) -> dict[str, str]:
+    """What a trial's MLflow run is tagged with as spent: its epochs (reports), and a boosted
+    trial's rounds."""
+    rounds = trial.user_attrs.get("rounds")
+    return {"epochs": str(seen), **({"rounds": str(rounds)} if rounds is not None else {})}
 
 
 def _stop(proc: subprocess.Popen) -> None:

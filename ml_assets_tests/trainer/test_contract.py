@@ -436,7 +436,8 @@ OLD_NOT_TRAINING = {
 NEW_KEYS = {"model_factory", "model_params", "model_code", "model_code_path",  # the model contract
             "strategy", "fsdp_param_dtype", "fsdp_reduce_dtype", "fsdp_reshard_after_forward",  # FSDP
             "data_mode", "shuffle_buffer_rows", "stream_cache_dir",  # streaming
-            "init_weights"}  # fine-tunes
+            "init_weights",  # fine-tunes
+            "tracker_port"}  # gradient-boosted trees
 
 
 def _old_fingerprint(cfg: TrainConfig) -> str:
