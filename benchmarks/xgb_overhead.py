@@ -13,8 +13,9 @@ Both run in this one process, taking turns, on the same core and allocator setti
 
 - Ours: ``ml_assets.trainer.boost.run`` on a single-rank gloo process group, as a torchrun rank
   runs it (lease, sketch, matrices, rounds, export), with the spec's checkpoints (a booster
-  checkpoint every 50 rounds, written by a thread; with row sampling, each 50-round segment starts
-  from a booster loaded from the previous segment's bytes, which exact resume needs) and reports
+  checkpoint every 50 rounds, written by a thread; the rows and columns of each round drawn by the
+  trainer from the seed and the round, which exact resume needs, and handed to XGBoost as row and
+  feature weights) and reports
   (a validation loss every round, the training loss every 50 rounds, a progress report and log
   line each time). Its samples/s is the trainer's own accounting: rows x rounds / seconds of its
   loop, measured from the first round to the last round's checkpoint call.
@@ -57,7 +58,7 @@ SPEC = load_spec(BUNDLED_MODELS_DIR / "flights_delay_xgb.yaml")
 
 def fields(rounds: int, sampling: bool = True) -> dict:
     """TrainConfig fields: the xgb spec's model and checkpoint/report cadence, one thread, no early
-    stop; without ``sampling``, its params less subsample and colsample_* (no segments)."""
+    stop; without ``sampling``, its params less subsample and colsample_* (nothing drawn per round)."""
     t = SPEC.training
     params = {k: v for k, v in SPEC.model.params.items() if sampling or k not in boosting.SAMPLING}
     return {"family": "xgboost", "model_params": {**params, "num_boost_round": rounds}, "seed": t.seed,
@@ -132,7 +133,7 @@ def report(runs: dict[str, list[float]], rows: int, rounds: int, cfg: TrainConfi
     print(line("platform trainer (boost.run, 1 rank, 1 thread):", "ours"))
     print(line("bare xgboost.train, validation each round:", "bare"))
     print(line("bare xgboost.train, no evals (not the baseline):", "plain") + f"  (ours / it: {med['ours'] / med['plain']:.3f})")
-    print(line("without subsample/colsample (no segments), ours:", "ours_unsampled"))
+    print(line("without subsample/colsample, ours:", "ours_unsampled"))
     print(line("without subsample/colsample, bare with validation:", "bare_unsampled")
           + f"  (ours / it: {med['ours_unsampled'] / med['bare_unsampled']:.3f})")
     print(f"ratios of the runs in turn (the spread): {[round(a / b, 3) for a, b in zip(runs['ours'], runs['bare'], strict=True)]}")

@@ -14,13 +14,14 @@ PyTorch families' (ml_assets.trainer.train dispatches here); what differs is the
 - Checkpoints. The booster's UBJSON every ``training.checkpoint.every_steps`` rounds (or at the
   first round after ``every_seconds``), written in the background by rank 0
   (ml_assets.trainer.booster_checkpoint); SIGTERM checkpoints and exits 75.
-- Exact resume. XGBoost keeps the random state of row and column sampling in the running process,
-  never in a saved model: a booster loaded from a checkpoint would draw other rows than the run that
-  saved it. When the params sample (subsample or colsample_* below 1), training therefore runs in
-  segments of ``SEGMENT_ROUNDS``: each segment starts from a booster loaded from the previous
-  segment's bytes, seeded with ``seed + first round``, and each segment's end, and only that, is a
-  checkpoint. A run resumed from any checkpoint then draws exactly what the uninterrupted run drew.
-  Without sampling every round can be a resume point (every_steps, every_seconds, SIGTERM).
+- Exact resume. XGBoost keeps the random state of its sampling in the running process, never in a
+  saved model. The rows (``subsample``) and each tree's columns (``colsample_bytree``) are therefore
+  drawn here, from the seed and the round alone (ml_assets.trainer.booster_sampling), so a booster
+  loaded from any checkpoint goes on exactly as the first run did, and every round can be a resume
+  point. The per-level and per-node column samples (``colsample_bylevel``, ``colsample_bynode``)
+  stay XGBoost's: with those, training runs in segments of ``SEGMENT_ROUNDS``, each starting from a
+  booster loaded from the previous segment's bytes and seeded with ``seed + first round``, and only
+  a segment's end is a checkpoint (the reload re-predicts every earlier tree: slower, still exact).
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ import torch.distributed as dist
 
 from ml_assets.trainer import boosting
 from ml_assets.trainer.booster_checkpoint import BoosterCheckpoints
-from ml_assets.trainer.booster_data import Shard, feature_names, feature_types, max_categories, memory_shard
+from ml_assets.trainer.booster_data import Shard, feature_names, feature_types, max_categories, memory_shard, row_range
+from ml_assets.trainer.booster_sampling import Sampler
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import read_state, read_verified
 from ml_assets.trainer.progress import Progress
 from ml_assets.trainer.runtime import EXIT_PREEMPTED, Preempted, Runtime, StopSignal, take_lease
 
 SEGMENT_ROUNDS = 25
-"""Rounds per segment when the params sample: each segment's end is a checkpoint."""
+"""Rounds per segment with colsample_bylevel or colsample_bynode: each segment's end is a checkpoint."""
 
 
 class TrackerError(RuntimeError):
@@ -107,6 +109,9 @@ class BoostTrainer:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         self.params = boosting.booster_params(cfg.model_params, cfg.task, len(cfg.classes), seed=cfg.seed,
                                               threads=cfg.threads, device=device)
+        first, last = row_range(self.train_rows, rt.rank, rt.world)
+        self.sampler = Sampler(cfg.model_params, cfg.seed, self.train_rows, first, last, len(feature_names(self.state)))
+        self.params.update(self.sampler.xgb_params())
         self.progress = Progress(cfg.fingerprint())
         self.ckpt = BoosterCheckpoints(cfg.checkpoint_root, rank=rt.rank, world=rt.world, mode=cfg.checkpoint_async,
                                        keep_last=cfg.keep_last, log=log, warn=warn)
@@ -184,6 +189,7 @@ class BoostTrainer:
         while p.step < self.total_rounds and not p.done:
             if self.sampling and p.step % self.segment == 0 and p.step != self.resumed_from and p.step:
                 self.booster = self._booster(bytes(self.booster.save_raw("ubj")), p.step)
+            self.sampler.apply(self.dtrain, p.step)
             self.booster.update(self.dtrain, p.step)
             p.step += 1
             self.stats["rounds"] += 1
@@ -198,6 +204,8 @@ class BoostTrainer:
     def _end_round(self) -> None:
         cfg, p = self.cfg, self.progress
         reporting = p.step % cfg.report_every_steps == 0 or p.step == self.total_rounds
+        if reporting:
+            self.sampler.unweighted(self.dtrain)
         sets = [(self.dval, "val"), *([(self.dtrain, "train")] if reporting else [])]
         losses = _parse(self.booster.eval_set(sets, p.step - 1))
         val = losses["val"]
@@ -208,7 +216,9 @@ class BoostTrainer:
         if cfg.early_stopping_patience and p.bad_epochs >= cfg.early_stopping_patience:
             p.done, p.stop_reason = True, f"early stopping: {p.bad_epochs} rounds without improvement"
             reporting = True
-            losses.setdefault("train", _parse(self.booster.eval_set([(self.dtrain, "train")], p.step - 1))["train"])
+            if "train" not in losses:
+                self.sampler.unweighted(self.dtrain)
+                losses["train"] = _parse(self.booster.eval_set([(self.dtrain, "train")], p.step - 1))["train"]
         if reporting:
             self._report_round(losses)
 

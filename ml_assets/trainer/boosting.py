@@ -90,6 +90,10 @@ PARAMS: dict[str, Param] = {
 
 INTEGER = frozenset(name for name, p in PARAMS.items() if p.kind is int)
 SAMPLING = ("subsample", "colsample_bytree", "colsample_bylevel", "colsample_bynode")
+DRAWN_HERE = ("subsample", "colsample_bytree")
+"""Sampling the trainer draws itself, from (seed, round) alone (ml_assets.trainer.boost): a resumed
+run draws what the first drew without any state. XGBoost draws the per-level and per-node column
+samples from a generator that lives in its process, never in a saved model."""
 
 
 def problems(params: dict, task: str) -> list[str]:
@@ -115,8 +119,9 @@ def problems(params: dict, task: str) -> list[str]:
 def booster_params(params: dict, task: str, n_classes: int, *, seed: int, threads: int, device: str) -> dict:
     """``xgboost.train``'s parameters for a checked ``model.params``: the task's objective and
     metric, whole numbers where XGBoost wants them (a tuned value may come as a float), the seed, and
-    the threads and device of this rank. The rounds are not among them (the trainer loops over them)."""
-    out = {k: (int(v) if k in INTEGER else v) for k, v in params.items() if k != ROUNDS}
+    the threads and device of this rank. Not among them: the rounds (the trainer loops over them) and
+    ``DRAWN_HERE`` (the trainer draws those samples itself, ``Sampler``)."""
+    out = {k: (int(v) if k in INTEGER else v) for k, v in params.items() if k != ROUNDS and k not in DRAWN_HERE}
     out.update(objective=OBJECTIVES[task], eval_metric=EVAL_METRICS[task], seed=seed, device=device,
                tree_method=params.get("tree_method", "hist"), validate_parameters=True)
     if n_classes:
@@ -131,5 +136,6 @@ def rounds(params: dict) -> int:
 
 
 def samples(params: dict) -> bool:
-    """Whether the booster draws random rows or columns (whose random state no saved model holds)."""
-    return any(float(params.get(name, 1.0)) < 1.0 for name in SAMPLING)
+    """Whether XGBoost itself draws random columns per level or node (whose random state no saved
+    model holds); the rows and each tree's columns are drawn by the trainer (``DRAWN_HERE``)."""
+    return any(float(params.get(name, 1.0)) < 1.0 for name in SAMPLING if name not in DRAWN_HERE)

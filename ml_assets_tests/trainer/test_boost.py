@@ -18,10 +18,11 @@ from ml_assets_tests.trainer.toy import kill_tree, run, start, torchrun_args, to
 
 pytestmark = pytest.mark.torchrun
 
-# Column sampling on: the resume must replay XGBoost's draws, not only its trees. (Row sampling
-# draws from each worker's own rows, so a 2-worker model would differ from the 1-worker one.)
+# Row and column sampling on: the resume must replay the draws, not only the trees, and two workers
+# must leave out the rows one worker leaves out.
 BOOST = dict(family="xgboost", seed=3, threads=1, report_every_steps=10, checkpoint_every_steps=10, keep_last=3,
-             model_params={"max_depth": 5, "learning_rate": 0.05, "num_boost_round": 100, "colsample_bynode": 0.7})
+             model_params={"max_depth": 5, "learning_rate": 0.05, "num_boost_round": 100, "subsample": 0.8,
+                           "colsample_bytree": 0.7})
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +89,14 @@ def test_sigkill_mid_training_then_rerun_gives_the_same_bits(data, reference, tm
     assert (tmp_path / "out" / "model.ubj").read_bytes() == (reference / "model.ubj").read_bytes()
 
 
-def test_a_tampered_booster_checkpoint_is_refused_by_its_sha256_and_the_previous_one_resumes(data, reference, tmp_path):
+def test_a_tampered_booster_checkpoint_is_refused_by_its_sha256_and_the_previous_one_resumes(data, tmp_path):
+    # Per-node column sampling is XGBoost's own draw: training runs in reloaded segments, and the
+    # resume from the previous segment's end must still give the same bytes.
+    fields = {**BOOST, "model_params": {**BOOST["model_params"], "colsample_bynode": 0.7}}
+    reference = train(tmp_path / "reference", data, **fields)
     shutil.copytree(reference.parent, tmp_path / "run")
     out = tmp_path / "run" / "out"
-    write_config(tmp_path / "run" / "config.json", data, output_dir=str(out), **BOOST)
+    write_config(tmp_path / "run" / "config.json", data, output_dir=str(out), **fields)
     newest = sorted((out / "checkpoints").glob("round-*"))[-1]
     booster = newest / "booster.ubj"
     booster.write_bytes(booster.read_bytes()[:-64] + b"\x00" * 64)
