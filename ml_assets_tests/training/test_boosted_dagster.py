@@ -77,6 +77,12 @@ def test_trees_replace_a_network_champion_through_the_gate_and_rebuild_bit_for_b
     test_rows = _test_rows(report)
     assert np.isfinite(np.asarray(served.predict(test_rows.to_pandas()))).all()
 
+    # The champion scores a day's rows as a network champion would (the predictions asset).
+    score = build_definitions(settings).resolve_job_def("flights_delay_score")
+    scored = score.execute_in_process(partition_key=SECOND.isoformat(), instance=dg.DagsterInstance.get())
+    [event] = scored.asset_materializations_for_node("flights_delay__predictions")
+    assert event.metadata["model_version"].value == str(trees) and event.metadata["rows"].value > 0
+
     lineage = trace(client, LocalVersionStore(settings.version_store_root), "flights_delay", version=trees)
     assert not lineage.mismatches and not [c for c in lineage.checks if c.status == "unreachable"]
     rebuilt = audit.reproduce(client, "flights_delay", trees, tmp_path / "reproduce", "unused")
