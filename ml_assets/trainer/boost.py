@@ -39,7 +39,14 @@ import torch.distributed as dist
 
 from ml_assets.trainer import boosting
 from ml_assets.trainer.booster_checkpoint import BoosterCheckpoints
-from ml_assets.trainer.booster_data import Shard, feature_names, feature_types, max_categories, memory_shard, row_range
+from ml_assets.trainer.booster_data import (
+    Shard,
+    feature_names,
+    feature_types,
+    max_categories,
+    memory_shard,
+    row_range,
+)
 from ml_assets.trainer.booster_sampling import Sampler
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import read_state, read_verified

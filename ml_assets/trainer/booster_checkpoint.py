@@ -25,8 +25,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ml_assets.trainer.checkpoint import CheckpointError
-from ml_assets.trainer.checkpoint_files import MANIFEST, fs_and_path, verify, write_manifest
+from ml_assets.trainer.checkpoint_files import (
+    CheckpointError,
+    fs_and_path,
+    newest_verified,
+    prune,
+    write_manifest,
+)
 from ml_assets.trainer.lease import Lease
 
 BOOSTER = "booster.ubj"
@@ -103,27 +108,8 @@ class BoosterCheckpoints:
     def close(self) -> None:
         self.wait()
 
-    def _rounds(self) -> list[tuple[int, str]]:
-        fs, path = fs_and_path(self.root)
-        fs.invalidate_cache()
-        if not fs.exists(path):
-            return []
-        found = []
-        for entry in fs.ls(path, detail=False):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith(ROUND_PREFIX) and name[len(ROUND_PREFIX):].isdigit():
-                found.append((int(name[len(ROUND_PREFIX):]), f"{self.root}/{name}"))
-        return sorted(found)
-
     def _prune(self) -> None:
-        fs, _ = fs_and_path(self.root)
-        rounds = self._rounds()
-        complete = [r for r, d in rounds if fs.exists(f"{fs_and_path(d)[1]}/{MANIFEST}")]
-        keep = set(complete[-self.keep_last:])
-        newest = max(keep, default=-1)
-        for r, d in rounds:
-            if r not in keep and r < newest:
-                fs.rm(fs_and_path(d)[1], recursive=True)
+        prune(self.root, ROUND_PREFIX, self.keep_last)
 
     def latest(self, fingerprint: str) -> FoundBooster | None:
         """The newest checkpoint that verifies: rank 0 chooses and reads it, every rank gets its bytes."""
@@ -140,33 +126,18 @@ class BoosterCheckpoints:
         return found
 
     def _latest_verified(self, fingerprint: str) -> FoundBooster | None:
-        rejected = []
-        for round_, directory in reversed(self._rounds()):
-            manifest, reason = verify(directory)
-            if manifest is None and reason.startswith("incomplete"):
-                self.log(f"checkpoint {directory} is {reason}; ignored")
-                continue
-            if manifest is not None and manifest.get("fingerprint") != fingerprint:
-                reason = (f"written for training config {str(manifest.get('fingerprint'))[:12]}, this run's is "
-                          f"{fingerprint[:12]}")
-                manifest = None
-            if manifest is None:
-                self.warn(f"checkpoint {directory} is unusable ({reason}); trying the previous one")
-                rejected.append(f"{directory}: {reason}")
-                continue
-            fs, path = fs_and_path(directory)
-            raw = fs.cat_file(f"{path}/{BOOSTER}")
-            progress = json.loads(fs.cat_file(f"{path}/{PROGRESS}"))
-            # Verified a moment ago; read again now, so what is loaded is what was hashed.
-            if _sha(raw) != manifest["files"][BOOSTER]["sha256"]:
-                raise CheckpointError(f"{directory}/{BOOSTER} changed while it was read (sha256 {_sha(raw)[:12]}, "
-                                      f"the manifest says {manifest['files'][BOOSTER]['sha256'][:12]})")
-            return FoundBooster(round_, raw, progress)
-        if rejected:
-            raise CheckpointError(
-                f"every checkpoint under {self.root} failed verification, refusing to start over silently "
-                f"(delete them to train from scratch): " + "; ".join(rejected))
-        return None
+        found = newest_verified(self.root, ROUND_PREFIX, fingerprint, self.log, self.warn)
+        if found is None:
+            return None
+        round_, directory, manifest = found
+        fs, path = fs_and_path(directory)
+        raw = fs.cat_file(f"{path}/{BOOSTER}")
+        progress = json.loads(fs.cat_file(f"{path}/{PROGRESS}"))
+        # Verified a moment ago; checked again as read, so what is loaded is what was hashed.
+        if _sha(raw) != manifest["files"][BOOSTER]["sha256"]:
+            raise CheckpointError(f"{directory}/{BOOSTER} changed while it was read (sha256 {_sha(raw)[:12]}, "
+                                  f"the manifest says {manifest['files'][BOOSTER]['sha256'][:12]})")
+        return FoundBooster(round_, raw, progress)
 
 
 def _sha(data: bytes) -> str:

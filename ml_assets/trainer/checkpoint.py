@@ -37,9 +37,11 @@ from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from ml_assets.trainer.checkpoint_files import (
-    MANIFEST,
+    CheckpointError,
     SafeFsspecReader,
     fs_and_path,
+    newest_verified,
+    prune,
     verify,
     write_manifest,
 )
@@ -53,10 +55,6 @@ ASYNC_MIN_BYTES = 16 * 2**20
 """Below this, a checkpoint is written synchronously even in an async mode: a small state is written
 in about the time async staging takes (benchmarks/checkpoint_stall.py), and a synchronous
 checkpoint is committed before training goes on, so a crash right after it loses nothing."""
-
-
-class CheckpointError(RuntimeError):
-    """No usable checkpoint where one should be (every complete checkpoint failed verification)."""
 
 
 @dataclass
@@ -165,27 +163,8 @@ class CheckpointManager:
         if self.group is not None:
             dist.barrier(group=self.group)
 
-    def _steps(self) -> list[tuple[int, str]]:
-        fs, path = fs_and_path(self.root)
-        fs.invalidate_cache()
-        if not fs.exists(path):
-            return []
-        found = []
-        for entry in fs.ls(path, detail=False):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit():
-                found.append((int(name[len(STEP_PREFIX):]), f"{self.root}/{name}"))
-        return sorted(found)
-
     def _prune(self) -> None:
-        fs, _ = fs_and_path(self.root)
-        steps = self._steps()
-        complete = [(s, d) for s, d in steps if fs.exists(f"{fs_and_path(d)[1]}/{MANIFEST}")]
-        keep = {s for s, _ in complete[-self.keep_last:]}
-        newest = max(keep, default=-1)
-        for s, d in steps:
-            if s not in keep and s < newest:
-                fs.rm(fs_and_path(d)[1], recursive=True)
+        prune(self.root, STEP_PREFIX, self.keep_last)
 
     # finding and loading
     def latest(self, fingerprint: str) -> Found | None:
@@ -212,26 +191,8 @@ class CheckpointManager:
         return Found(directory, step, progress)
 
     def _latest_verified(self, fingerprint: str) -> int | None:
-        rejected = []
-        for step, directory in reversed(self._steps()):
-            manifest, reason = verify(directory)
-            if manifest is None and reason.startswith("incomplete"):
-                self.log(f"checkpoint {directory} is {reason}; ignored")
-                continue
-            if manifest is not None and manifest.get("fingerprint") != fingerprint:
-                reason = (f"written for training config {str(manifest.get('fingerprint'))[:12]}, this run's is "
-                          f"{fingerprint[:12]}")
-                manifest = None
-            if manifest is None:
-                self.warn(f"checkpoint {directory} is unusable ({reason}); trying the previous one")
-                rejected.append(f"{directory}: {reason}")
-                continue
-            return step
-        if rejected:
-            raise CheckpointError(
-                f"every checkpoint under {self.root} failed verification, refusing to start over silently "
-                f"(delete them to train from scratch): " + "; ".join(rejected))
-        return None
+        found = newest_verified(self.root, STEP_PREFIX, fingerprint, self.log, self.warn)
+        return None if found is None else found[0]
 
     def load(self, found: Found, tensors: dict[str, torch.Tensor]) -> None:
         """Fill ``tensors`` in place from a verified checkpoint (keys the checkpoint lacks stay)."""

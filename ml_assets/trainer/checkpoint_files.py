@@ -112,3 +112,63 @@ def verify(directory: str) -> tuple[dict | None, str]:
         if size != want["bytes"] or sha != want["sha256"]:
             return None, f"{rel} has {size} bytes, sha256 {sha[:12]}; the manifest says {want['bytes']} bytes, sha256 {want['sha256'][:12]}"
     return manifest, ""
+
+
+# --- numbered checkpoint directories: listing, pruning, the newest that verifies ---------------
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint where one should be (every complete checkpoint failed verification)."""
+
+
+def numbered(root: str, prefix: str) -> list[tuple[int, str]]:
+    """``(number, directory)`` of every ``<prefix><digits>`` directory under ``root``, oldest first."""
+    fs, path = fs_and_path(root)
+    fs.invalidate_cache()
+    if not fs.exists(path):
+        return []
+    found = []
+    for entry in fs.ls(path, detail=False):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            found.append((int(name[len(prefix):]), f"{root}/{name}"))
+    return sorted(found)
+
+
+def prune(root: str, prefix: str, keep_last: int) -> None:
+    """Keep the newest ``keep_last`` complete checkpoints; older ones go, and so do incomplete ones
+    older than the newest kept (a newer incomplete one may be a write in progress)."""
+    fs, _ = fs_and_path(root)
+    entries = numbered(root, prefix)
+    complete = [n for n, d in entries if fs.exists(f"{fs_and_path(d)[1]}/{MANIFEST}")]
+    keep = set(complete[-keep_last:])
+    newest = max(keep, default=-1)
+    for n, d in entries:
+        if n not in keep and n < newest:
+            fs.rm(fs_and_path(d)[1], recursive=True)
+
+
+def newest_verified(root: str, prefix: str, fingerprint: str, log, warn) -> tuple[int, str, dict] | None:
+    """``(number, directory, manifest)`` of the newest checkpoint that verifies and was written for
+    ``fingerprint``; incomplete ones are skipped quietly, bad ones with a warning. When none is left
+    but some were rejected, CheckpointError: a training never starts over silently."""
+    rejected = []
+    for number, directory in reversed(numbered(root, prefix)):
+        manifest, reason = verify(directory)
+        if manifest is None and reason.startswith("incomplete"):
+            log(f"checkpoint {directory} is {reason}; ignored")
+            continue
+        if manifest is not None and manifest.get("fingerprint") != fingerprint:
+            reason = (f"written for training config {str(manifest.get('fingerprint'))[:12]}, this run's is "
+                      f"{fingerprint[:12]}")
+            manifest = None
+        if manifest is None:
+            warn(f"checkpoint {directory} is unusable ({reason}); trying the previous one")
+            rejected.append(f"{directory}: {reason}")
+            continue
+        return number, directory, manifest
+    if rejected:
+        raise CheckpointError(
+            f"every checkpoint under {root} failed verification, refusing to start over silently "
+            f"(delete them to train from scratch): " + "; ".join(rejected))
+    return None

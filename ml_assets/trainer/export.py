@@ -18,7 +18,6 @@ from ml_assets.storage import read_verified as _read_verified
 from ml_assets.trainer.build import rebuild
 from ml_assets.trainer.config import DataRef
 
-
 BOOSTER_FORMAT = "xgboost-ubj"
 
 

@@ -36,7 +36,7 @@ def result_metadata(cfg: TrainConfig, rt: Runtime, trainer: Trainer | BoostTrain
     p = trainer.progress
     last = p.history[-1] if p.history else {}
     held = held_seconds(acct["wall_s"])
-    cpu_rank_s, gpu_rank_s = rank_seconds(getattr(trainer, "device_type", rt.device.type), rt.world, held)
+    cpu_rank_s, gpu_rank_s = rank_seconds(trainer.device_type, rt.world, held)
     return TrainingResult(
         checkpoint_uri=saved["uri"], checkpoint_sha256=saved["sha256"], checkpoint_bytes=saved["bytes"],
         meta_uri=saved["meta_uri"], meta_sha256=saved["meta_sha256"],

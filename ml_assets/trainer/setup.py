@@ -104,6 +104,10 @@ class TrainerSetup:
         return len(self.val_t[2])
 
     @property
+    def device_type(self) -> str:
+        return self.rt.device.type
+
+    @property
     def precision_name(self) -> str:
         return str(self.autocast_dtype or torch.float32).replace("torch.", "")
 

@@ -33,8 +33,8 @@ from collections.abc import Callable
 import torch
 
 from ml_assets import processes
-from ml_assets.trainer.channel import Channel
 from ml_assets.trainer.boost import TrackerError
+from ml_assets.trainer.channel import Channel
 from ml_assets.trainer.checkpoint import export_model
 from ml_assets.trainer.code_pin import ModelContractError
 from ml_assets.trainer.config import TrainConfig

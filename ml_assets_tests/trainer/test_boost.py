@@ -14,7 +14,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ml_assets_tests.trainer.toy import kill_tree, run, start, torchrun_args, toy_data, wait_for, write_config
+from ml_assets_tests.trainer.toy import (
+    kill_tree,
+    run,
+    start,
+    torchrun_args,
+    toy_data,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.torchrun
 
