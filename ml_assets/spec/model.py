@@ -187,6 +187,17 @@ class ModelSpec(StrictModel):
                                  "column, read without a format; remove timestamp_format")
         return self
 
+    @model_validator(mode="after")
+    def _calibrated_for_this_schema(self) -> ModelSpec:
+        cal = self.validation.calibration
+        if cal is not None:
+            if cal.model != self.name:
+                raise ValueError(f"validation.calibration: made for model {cal.model!r}, not {self.name!r}")
+            if changes := cal.schema_changes({c: col.dtype for c, col in self.data_schema.columns.items()}):
+                raise ValueError(f"validation.calibration: made for another schema ({', '.join(changes)}): "
+                                 f"calibrate again (ml-assets calibrate {self.name} --start ... --end ...)")
+        return self
+
     @property
     def repository(self) -> str:
         from ml_assets.names import repo_for_model

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -61,6 +63,26 @@ _RESOLVED: dict[str, tuple[str, str]] = {}
 resolved against), so that a message about the file can say both."""
 
 
+PACKAGE = "package://"
+_PACKAGE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def package_file(path: str) -> str:
+    """``package://<package>/<file in it>``: a data file an installed package ships, as an absolute path.
+    The package is located, never imported; the file must lie inside it."""
+    name, _, inner = path.removeprefix(PACKAGE).partition("/")
+    if not _PACKAGE_NAME.match(name) or not inner or inner.startswith("/"):
+        raise ValueError(f"source path {path!r}: expected package://<package>/<file inside it>")
+    found = importlib.util.find_spec(name)
+    if found is None or not found.submodule_search_locations:
+        raise ValueError(f"source path {path!r}: the package {name!r} is not installed (pip install it)")
+    root = Path(next(iter(found.submodule_search_locations))).resolve()
+    target = Path(os.path.normpath(root / inner))
+    if root not in target.parents:
+        raise ValueError(f"source path {path!r}: {inner!r} lies outside the package {name!r}")
+    return str(target)
+
+
 def is_relative(path: str) -> bool:
     return "://" not in path and not Path(path).expanduser().is_absolute()
 
@@ -73,6 +95,10 @@ def resolve_source_paths(data: object, spec_file: Path) -> object:
     source, base = dict(data["source"]), spec_file.resolve().parent
 
     def resolved(table: object) -> object:
+        if isinstance(table, dict) and isinstance(table.get("path"), str) and table["path"].startswith(PACKAGE):
+            absolute = package_file(table["path"])
+            _RESOLVED[absolute] = (table["path"], "the installed package")
+            return {**table, "path": absolute}
         if not isinstance(table, dict) or not isinstance(table.get("path"), str) or not is_relative(table["path"]):
             return table
         # Joined, not resolve()d: the path may hold a glob or '{date}', and must not follow links.

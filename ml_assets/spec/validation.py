@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from ml_assets.spec.base import CUSTOM_CHECK, StrictModel
+from ml_assets.spec.calibration import Calibration
 
 
 class HolidaySpec(StrictModel):
@@ -163,6 +164,10 @@ class ValidationSpec(StrictModel):
         "check still blocks"))
     checks: dict[str, CheckSettings] = Field(default={}, description=(
         "per check name: severity (block, the default, or warn) and enabled (true by default)"))
+    calibration: Calibration | None = Field(default=None, description=(
+        "drift limits fitted on the source's history by `ml-assets calibrate`: read from the file beside the "
+        "spec (<model>.calibration.json, or calibration.json beside a component's defs.yaml); with one, the "
+        "drift check judges each column against its calibrated limits"))
 
     @model_validator(mode="after")
     def _waived_checks_exist(self) -> ValidationSpec:

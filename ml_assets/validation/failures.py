@@ -32,7 +32,14 @@ def classified(schema: DataSchema, cases: pl.DataFrame) -> pl.DataFrame:
 
 def check_outcome(kind: str, cases: pl.DataFrame, schema: DataSchema, frame: pl.DataFrame) -> CheckOutcome:
     """One named check's outcome from the ``classified`` failure cases of its kind."""
-    mine = cases.filter(pl.col("kind") == kind)
+    mine = cases.filter(pl.col("kind") == kind) if cases.height else cases
+    if not mine.height:  # nothing failed (most days): no queries on the failure cases
+        counts: dict[str, int] = {}
+        problems = _null_fraction_problems(schema, frame, counts) if kind == NULLS else []
+        return CheckOutcome(name=kind, passed=not problems,
+                            summary="; ".join(problems) if problems else f"all {frame.height} rows pass",
+                            counts=counts, observed={"rows": frame.height, "failures": sum(counts.values())},
+                            expected={"failures": 0})
     grouped = mine.group_by("column", "check", maintain_order=True).len()
     counts = {f"{c or '(table)'}: {k}": n for c, k, n in grouped.iter_rows()}
     problems = [_describe(c, k, n, _failing_values(mine, c, k)) for c, k, n in grouped.iter_rows()]

@@ -14,60 +14,68 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import polars as pl
 
-from ml_assets.ingest.sources import ROWS, SourceError, read_day
+from ml_assets.ingest.sources import ROWS, RangeRows, SourceError, read_day, read_range
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.day_verdict import DayVerdict
+from ml_assets.validation.fast_replay import judged_days
+from ml_assets.validation.label_drift import DAY
 from ml_assets.validation.run import gather_history, judge
 
 
-@dataclass
-class DayVerdict:
-    day: dt.date
-    rows: int
-    failed: dict[str, str] = field(default_factory=dict)  # check name -> its summary
-    quarantined: int = 0
-    waived: dict[str, str] = field(default_factory=dict)  # check name -> the waiver's reason
-    warned: dict[str, str] = field(default_factory=dict)  # severity-warn check name -> its summary
-    absent: str | None = None
-    """Why the source could not give the day (then nothing was judged), or None."""
-
-    @property
-    def passed(self) -> bool:
-        """No blocking check failed (an absent day fails none: it was never judged)."""
-        return not self.failed
-
-    def as_dict(self) -> dict:
-        return {"day": self.day.isoformat(), "rows": self.rows, "passed": self.passed, "absent": self.absent,
-                "quarantined": self.quarantined, "failed": self.failed, "warned": self.warned, "waived": self.waived}
-
-
 def replay(spec: ModelSpec, start: dt.date, end: dt.date, *, ignore_waivers: bool = False,
-           read: Callable[[ModelSpec, dt.date], pl.DataFrame] | None = None) -> Iterator[DayVerdict]:
+           read: Callable[[ModelSpec, dt.date], pl.DataFrame] | None = None,
+           rows: pl.DataFrame | None = None) -> Iterator[DayVerdict]:
     """Judge every day from ``start`` to ``end`` in order; ``read`` gives a day's rows (default: the source).
-    ``ignore_waivers``: judge as if the spec waived nothing (what calibration measures)."""
+    ``ignore_waivers``: judge as if the spec waived nothing (what calibration measures).
+
+    A spec with a calibration is replayed by the fast path (``fast_replay``): the range is read once
+    and its signals computed for all days together; ``rows`` (every row of the range and the days before
+    it, dated in ``__day``) stands in for the source there."""
     if end < start:
         raise ValueError(f"replay: end {end} is before start {start}")
     if ignore_waivers:
         data = spec.model_dump(by_alias=True)
         data["validation"]["waivers"] = []
         spec = type(spec).model_validate(data)
+    if spec.validation.calibration is not None and read is None:
+        yield from fast_replay(spec, start, end, _first_day(spec, start), rows)
+        return
     read = read or (lambda s, d: read_day(s, d).tables[ROWS])
-    drift = spec.validation.drift
-    keep = max(drift.current_days + drift.reference_days, 7 * spec.validation.volume.weeks,
-               drift.seasonal_lookback_days())
+    keep = _kept_days(spec)
     published: dict[dt.date, pl.DataFrame] = {}
-    day = max(start - dt.timedelta(days=keep), min(spec.partitioning.start, start))
+    day = _first_day(spec, start)
     while day <= end:
-        result, rows = _judge_day(spec, day, read, published)
-        if result.passed and rows is not None:
-            published[day] = rows
+        result, kept = _judge_day(spec, day, read, published)
+        if result.passed and kept is not None:
+            published[day] = kept
         published.pop(day - dt.timedelta(days=keep), None)
         if day >= start:
             yield result
         day += dt.timedelta(days=1)
+
+
+def _kept_days(spec: ModelSpec) -> int:
+    """How many days before a day its judgement reads."""
+    drift, cal = spec.validation.drift, spec.validation.calibration
+    return max(drift.current_days + drift.reference_days, 7 * spec.validation.volume.weeks,
+               drift.seasonal_lookback_days(), cal.history_days + 1 if cal else 0)
+
+
+def _first_day(spec: ModelSpec, start: dt.date) -> dt.date:
+    """The first day a replay from ``start`` judges (unreported), so the first reported have their history."""
+    return max(start - dt.timedelta(days=_kept_days(spec)), min(spec.partitioning.start, start))
+
+
+def fast_replay(spec: ModelSpec, start: dt.date, end: dt.date, first: dt.date,
+                rows: pl.DataFrame | None = None) -> Iterator[DayVerdict]:
+    """The calibrated replay: signals of every day at once, then each day judged in order."""
+    read = read_range(spec, first, end) if rows is None else RangeRows(rows.filter(pl.col(DAY).is_between(first, end)))
+    for verdict in judged_days(spec, first, end, read):
+        if verdict.day >= start:
+            yield verdict
 
 
 def _judge_day(spec: ModelSpec, day: dt.date, read: Callable[[ModelSpec, dt.date], pl.DataFrame],

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.calibrated import calibrated_drift
 from ml_assets.validation.checks import (
     freshness_check,
     same_weekdays,
@@ -55,9 +56,9 @@ def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Load
     """The day's ``History``, each past day loaded once. ``load`` gives a published day's rows (a scan, or
     rows already in memory), or None when the day never reached main (failed, never ingested, or absent
     from the source): a gap, never an error."""
-    drift = spec.validation.drift
+    drift, cal = spec.validation.drift, spec.validation.calibration
     frames = {}
-    for back in range(1, drift.current_days + drift.reference_days):
+    for back in range(1, max(drift.current_days + drift.reference_days, cal.history_days + 1 if cal else 0)):
         past = day - dt.timedelta(days=back)
         if (loaded := load(past)) is not None:
             frames[past] = loaded.collect() if isinstance(loaded, pl.LazyFrame) else loaded
@@ -115,26 +116,40 @@ def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.d
 
 def run_checks(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
                reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None,
-               seasonal: pl.DataFrame | None = None) -> list[CheckOutcome]:
-    """Every enabled check's outcome, in ``check_names`` order; a disabled one does not run."""
+               seasonal: pl.DataFrame | None = None, drift: CheckOutcome | None = None,
+               known_valid: bool = False) -> list[CheckOutcome]:
+    """Every enabled check's outcome, in ``check_names`` order; a disabled one does not run. ``drift``:
+    the drift check's outcome when the caller judged it already, ``known_valid``: pandera passed the
+    day's rows already (the fast replay judges a range at once)."""
     on = set(enabled_names(spec))
     # The four pandera-based checks come from one validation; a disabled one's findings are dropped.
-    outcomes = {k: o for k, o in schema_checks(spec.data_schema, rows).items() if k in on}
+    outcomes = {k: o for k, o in schema_checks(spec.data_schema, rows, known_valid).items() if k in on}
     if VOLUME in on:
         outcomes[VOLUME] = volume_check(rows.height, history, spec.validation.volume, day)
     part = spec.partitioning
     if FRESHNESS in on:
         outcomes[FRESHNESS] = freshness_check(rows, part.timestamp_column, part.timezone, day,
                                              spec.validation.freshness, part.timestamp_format)
-    if DRIFT in on:
+    if DRIFT in on and drift is not None:
+        outcomes[DRIFT] = drift
+    elif DRIFT in on:
         # Drift describes the valid rows: rows already failing a row-level check are reported there.
         invalid = set().union(*(outcomes[k].row_indices for k in ROW_LEVEL if k in on and not outcomes[k].passed))
-        outcomes[DRIFT] = drift_check(spec, without_rows(rows, invalid),
-                                      reference if reference is not None else pl.DataFrame(), earlier, day, seasonal)
+        valid, reference = without_rows(rows, invalid), reference if reference is not None else pl.DataFrame()
+        if spec.validation.calibration is not None:
+            past = _dated_parts(reference, earlier)
+            outcomes[DRIFT] = calibrated_drift(spec, valid, day, past)
+        else:
+            outcomes[DRIFT] = drift_check(spec, valid, reference, earlier, day, seasonal)
     for target in spec.validation.custom_checks:
         if check_name(target) in on:
             outcomes[check_name(target)] = run_custom(target, rows)
     return [_waive(spec, day, replace(outcomes[name], blocking=blocking(spec, name))) for name in enabled_names(spec)]
+
+
+def _dated_parts(reference: pl.DataFrame, earlier: pl.DataFrame | None) -> pl.DataFrame:
+    parts = [f for f in (reference, earlier) if f is not None and f.height]
+    return pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
 
 
 def _waive(spec: ModelSpec, day: dt.date, outcome: CheckOutcome) -> CheckOutcome:
@@ -192,15 +207,16 @@ class Verdict:
 
 def judge(spec: ModelSpec, rows: pl.DataFrame, day: dt.date, history: dict[dt.date, int],
           reference: pl.DataFrame | None = None, earlier: pl.DataFrame | None = None,
-          seasonal: pl.DataFrame | None = None) -> Verdict:
+          seasonal: pl.DataFrame | None = None, drift: CheckOutcome | None = None,
+          known_valid: bool = False) -> Verdict:
     """Run the checks; with quarantine on and few enough row-level failures, set those rows aside and
     check again exactly what is left (the snapshot publishes that)."""
-    outcomes = run_checks(spec, rows, day, history, reference, earlier, seasonal)
+    outcomes = run_checks(spec, rows, day, history, reference, earlier, seasonal, drift, known_valid)
     quarantined = quarantinable(spec, outcomes, rows.height)
     if not quarantined:
         return Verdict(outcomes, rows)
     clean = without_rows(rows, quarantined)
-    return Verdict(run_checks(spec, clean, day, history, reference, earlier, seasonal), clean, quarantined)
+    return Verdict(run_checks(spec, clean, day, history, reference, earlier, seasonal, drift), clean, quarantined)
 
 
 def failure_message(spec: ModelSpec, day: dt.date, failed: list[CheckOutcome]) -> str:

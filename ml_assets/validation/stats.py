@@ -92,7 +92,10 @@ def binomial_p(successes: int, trials: int, rate: float) -> float:
 
 def poisson_p(count: int, mean: float) -> float:
     """Two-sided p-value of ``count`` under a Poisson count with ``mean`` (twice the smaller tail)."""
-    from scipy import stats
+    from scipy import (
+        special,  # the functions scipy.stats.poisson's cdf and sf call, without its overhead
+    )
 
-    tail = min(stats.poisson.cdf(count, mean), stats.poisson.sf(count - 1, mean))
-    return float(min(1.0, 2 * tail))
+    lower = float(special.pdtr(count, mean)) if count >= 0 else 0.0
+    upper = float(special.pdtrc(count - 1, mean)) if count >= 1 else 1.0
+    return float(min(1.0, 2 * min(lower, upper)))

@@ -1,0 +1,107 @@
+"""What is ordinary for a daily signal: its weekly and yearly profile, its scale, and how it moves
+with the other columns. Fitted once on the history, by least squares, robustly.
+
+Why a fitted profile and a recent level rather than the same weeks of earlier years: a column that
+grows from year to year is never like last year's same weeks (its level differs), and is always like
+last week's (the season moves slowly). Taking the calendar out with a profile fitted on several years
+and comparing what remains with the last weeks judges a day against both, and a level that moves
+with a trend is absorbed by the recent level.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import polars as pl
+
+from ml_assets.spec.calibration import Signal
+from ml_assets.validation.signals import fourier, weekday
+
+HARMONICS = 3
+YEARLY_MIN_DAYS = 700  # about two years: a profile of one year cannot be told from that year's weather
+WEEKLY_MIN_DAYS = 56
+MIN_R2 = 0.15  # a relation must explain this share of a column's deviations to be judged
+
+
+def _trend(x: np.ndarray, window: int) -> np.ndarray:
+    """Centred rolling mean, ignoring missing days (half the window must be there)."""
+    series = pl.Series(x).fill_nan(None)
+    return series.rolling_mean(window, min_samples=window // 2, center=True).fill_null(np.nan).to_numpy()
+
+
+def fit_profile(x: np.ndarray, days: list[dt.date]) -> tuple[list[float] | None, list[float] | None]:
+    """Weekly offsets (Monday first, summing to 0) and yearly Fourier coefficients of the series ``x``
+    on ``days``; None for a profile the history is too short to fit."""
+    ok = np.isfinite(x)
+    if ok.sum() < WEEKLY_MIN_DAYS:
+        return None, None
+    yearly = ok.sum() >= YEARLY_MIN_DAYS
+    when = np.array(days, dtype="datetime64[D]")
+    y = x - _trend(x, 365 if yearly else 7)
+    parts = [np.eye(7)[weekday(when)]]
+    if yearly:
+        parts.append(fourier(when, HARMONICS))
+    design = np.hstack(parts)
+    use = ok & np.isfinite(y)
+    if use.sum() < design.shape[1] * 4:
+        return None, None
+    coef = _robust_lstsq(design[use], y[use])
+    weekly = coef[:7] - coef[:7].mean()
+    return ([round(float(v), 8) for v in weekly],
+            [round(float(v), 8) for v in coef[7:]] if yearly else None)
+
+
+def _robust_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares, once more without the points more than 5 robust sd off (holidays, outages)."""
+    coef = np.linalg.lstsq(design, y, rcond=None)[0]
+    res = y - design @ coef
+    keep = np.abs(res - np.median(res)) <= 5 * max(robust_scale(res), 1e-12)
+    if keep.sum() >= design.shape[1] * 4:
+        coef = np.linalg.lstsq(design[keep], y[keep], rcond=None)[0]
+    return coef
+
+
+def robust_scale(x: np.ndarray) -> float:
+    """1.4826 x MAD, at least half the sd (a share that is 0 or 1 on most days has a MAD near 0); never 0."""
+    v = x[np.isfinite(x)]
+    if not len(v):
+        return 1.0
+    mad = 1.4826 * float(np.median(np.abs(v - np.median(v))))
+    return max(mad, 0.5 * float(np.std(v)), 1e-9, 1e-9 * float(np.max(np.abs(v))))
+
+
+LAG = "@-1"  # a relation's input of the day before: "temp_max:mean@-1"
+
+
+def lagged(values: np.ndarray) -> np.ndarray:
+    """Each day's row of the day before (NaN for the first)."""
+    return np.vstack([np.full((1, values.shape[1]), np.nan), values[:-1]])
+
+
+def fit_relations(signals: dict[str, Signal], deviation: np.ndarray) -> dict[str, dict[str, float]]:
+    """For each numeric column's mean: ridge coefficients predicting its daily deviation from the other
+    numeric columns' on the same day and the day before, and its own the day before (the night after a
+    hot day is warm: a column shifted by a day breaks that), where they explain at least ``MIN_R2``."""
+    keys = list(signals)
+    means = [i for i, k in enumerate(keys) if signals[k].measure == "mean" and signals[k].column != "label"]
+    if len(means) < 2:
+        return {}
+    both = np.hstack([deviation, lagged(deviation)])
+    out = {}
+    for i in means:
+        inputs = [j for j in means if j != i] + [len(keys) + j for j in means]
+        rows = np.all(np.isfinite(both[:, [i, *inputs]]), axis=1)
+        if rows.sum() < 60:
+            continue
+        X, y = both[rows][:, inputs], both[rows, i]
+        sd = X.std(axis=0)
+        sd[sd == 0] = 1.0
+        Z = X / sd
+        coef = np.linalg.solve(Z.T @ Z + 1e-2 * len(y) * np.eye(len(inputs)), Z.T @ y) / sd
+        left = y - X @ coef
+        if 1 - left.var() / max(y.var(), 1e-300) < MIN_R2:
+            continue
+        out[keys[i]] = {(keys[j] if j < len(keys) else keys[j - len(keys)] + LAG): round(float(c), 8)
+                        for j, c in zip(inputs, coef, strict=True)}
+    return out
