@@ -54,7 +54,8 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
         },
         "data_days": [{"day": d["day"], "role": d["role"], "snapshot_commit": d.get("snapshot_commit"),
                        "checks_passed": (d.get("published") or {}).get("checks_passed"),
-                       "published_by_dagster_run": (d.get("published") or {}).get("by_dagster_run")}
+                       "published_by_dagster_run": (d.get("published") or {}).get("by_dagster_run"),
+                       "drift_calibration": (d.get("published") or {}).get("calibration")}
                       for d in chain.get("days", [])],
         "promotions": [r for r in records if chain["version"] in (r["version"], r["previous"])],
         "promotion_log": f"{repo_for_model(model)}@main:{promotion.log_path(model)}",
@@ -185,6 +186,10 @@ def render_markdown(a: dict[str, Any]) -> str:
     for d in a["data_days"]:
         out.append(f"| {d['day']} | {d['role']} | {(d['snapshot_commit'] or '')[:12]} | {d['checks_passed']} | "
                    f"{d['published_by_dagster_run']} |")
+    calibrations = sorted({d["drift_calibration"] for d in a["data_days"] if d.get("drift_calibration")})
+    if calibrations:
+        out += ["", f"Drift judged with the calibrated limits of: {'; '.join(calibrations)} (ml-assets calibrate "
+                f"{a['model']} --show)"]
     skipped = pins["skipped_days"]
     out += ["", f"Days skipped (training.missing_days: skip): {len(skipped)}"]
     out += [f"- {day}: {why}" for day, why in sorted(skipped.items())]

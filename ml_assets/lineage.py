@@ -276,7 +276,8 @@ def _trace_day(store, repo, day, role, ref, commit, object_paths, checks) -> dic
         return entry
     published = PublishCommit.from_commit_metadata(merged.metadata)
     entry["published"] = {"commit": merged.id, "by_dagster_run": published.provenance.dagster_run_id or None,
-                          "checks_passed": published.checks_passed or None, "at": merged.created_at}
+                          "checks_passed": published.checks_passed or None, "at": merged.created_at,
+                          "calibration": published.calibration or None}
     main_history = {c.id for c in store.log(repo, "main")}
     checks.append(Check(f"snapshot commit of {day} is on main", commit, commit if commit in main_history else "not on main",
                         f"{repo}@main"))

@@ -173,7 +173,7 @@ def calibrate(spec: ModelSpec, rows: pl.DataFrame, start: dt.date, end: dt.date,
     draft = _draft(spec, start, end, len(days) - len(missing), missing, target_rate, signals, _tests(signals), columns)
     stats = _statistics(draft, data)
     say(f"{len(draft.tests)} tests computed on every day")
-    return _fit_limits(draft, stats, days)
+    return _fit_limits(draft, stats, days, data.rows > 0)
 
 
 def _relation_scales(draft: Calibration, data: Daily) -> dict[str, float]:
@@ -220,8 +220,12 @@ def _limit(kind: str, u: float, beta: float, top: float, p: float) -> float:
     return u + beta * math.log(0.1 / p) if p < 0.1 else u
 
 
-def _fit_limits(draft: Calibration, stats: np.ndarray, days: list[dt.date]) -> Calibration:
-    judged = np.any(np.isfinite(stats), axis=1)
+def _fit_limits(draft: Calibration, stats: np.ndarray, days: list[dt.date], given: np.ndarray) -> Calibration:
+    """Limits at one tail probability for all tests, the largest keeping the history's blocked days
+    at or under ``IN_SAMPLE_SHARE`` of the target. A day is judged when it has rows and its signals a
+    level to be compared with."""
+    level = [i for i, t in enumerate(draft.tests) if t.kind in ("deviation", "level")]
+    judged = given & (np.any(np.isfinite(stats[:, level]), axis=1) if level else np.any(np.isfinite(stats), axis=1))
     tails = [_tail(t.kind, stats[judged, i]) for i, t in enumerate(draft.tests)]
     tops = [float(np.nanmax(stats[judged, i])) if np.any(np.isfinite(stats[judged, i])) else 0.0
             for i in range(len(draft.tests))]

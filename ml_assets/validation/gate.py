@@ -47,13 +47,13 @@ class Finding:
         if self.test.kind == "dispersion":
             return f"{what}: mean squared deviation {self.statistic:.1f} sd² from {ref} (limit {self.test.limit:.2f})"
         if self.test.kind == "relation":
-            return f"{what} {self.statistic:.1f} sd from what the other columns predict ({ref}; limit {self.test.limit:.2f})"
+            return f"{what} {self.statistic:.1f} sd from what the other columns predict ({ref}, limit {self.test.limit:.2f})"
         if self.test.kind == "coupling":
             return (f"{what}: moves apart from the other columns, mean squared {self.statistic:.1f} sd² from what they "
-                    f"predict ({ref}; limit {self.test.limit:.2f})")
+                    f"predict ({ref}, limit {self.test.limit:.2f})")
         if self.test.kind == "run":
-            return f"{what}: the same value {self.statistic:.0f} days in a row (limit {self.test.limit:.1f}; {ref})"
-        return f"{what} {self.statistic:.3f} (limit {self.test.limit:.3f}; {ref})"
+            return f"{what}: the same value {self.statistic:.0f} days in a row (limit {self.test.limit:.1f}, {ref})"
+        return f"{what} {self.statistic:.3f} (limit {self.test.limit:.3f}, {ref})"
 
 
 def reference(cal: Calibration, test: Test, day: dt.date) -> str:
@@ -164,7 +164,9 @@ class Gate:
             if not len(past):
                 levels[w] = np.full(values.shape[1], np.nan)
                 continue
-            level = _nanmedian(past) if mean is None else np.where(mean, np.nanmean(past, axis=0), _nanmedian(past))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value: NaN, not judged
+                level = _nanmedian(past) if mean is None else np.where(mean, np.nanmean(past, axis=0), _nanmedian(past))
             levels[w] = np.where(np.sum(~np.isnan(past), axis=0) >= days // 2, level, np.nan)
         return levels
 
@@ -183,22 +185,24 @@ class Gate:
                     kind_ = "deviation" if kind == "relation" else "dispersion"
                     stats[rows] = _pooled(kind_, (errors[window][:, sigs] - rel_levels[w][sigs]) / self.rel_scale[sigs], w)
                 elif kind == "share":
-                    stats[rows] = [self._share(data, window, s, state, unseen, t) for s in sigs]
+                    stats[rows] = self._shares(data, window, sigs, state, unseen, t)
                 else:
                     stats[rows] = state.run_length(t, data.values[t], sigs, self.common)
         return stats
 
-    def _share(self, data: Daily, window: list[int], s: int, state: _State, unseen: list, t: int) -> float:
-        key = self.keys[s]
-        if self.cal.signals[key].measure != "new":
-            vals = data.values[window, s]
-            return float(np.nanmean(vals)) if not np.isnan(vals[-1]) else np.nan
-        rows = data.rows[t]
-        if not rows:
-            return np.nan
-        recent = t - self.cal.level_days
-        new = sum(n for k, value, n in unseen if k == key and state.seen.get((k, value), -10**9) < recent)
-        return new / rows
+    def _shares(self, data: Daily, window: list[int], sigs: np.ndarray, state: _State, unseen: list,
+                t: int) -> np.ndarray:
+        """The window's share of null rows; for ``new``, the day's share of values never seen before
+        (outside the vocabulary, and not on main in the last ``level_days`` days)."""
+        vals = data.values[window][:, sigs]
+        out = np.where(np.isnan(vals[-1]), np.nan, np.nanmean(vals, axis=0))
+        for i, s in enumerate(sigs):
+            key = self.keys[s]
+            if self.cal.signals[key].measure == "new":
+                recent = t - self.cal.level_days
+                new = sum(n for k, value, n in unseen if k == key and state.seen.get((k, value), -10**9) < recent)
+                out[i] = new / data.rows[t] if data.rows[t] else np.nan
+        return out
 
 
 def _pooled(kind: str, z: np.ndarray, w: int) -> np.ndarray:

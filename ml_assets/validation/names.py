@@ -29,7 +29,13 @@ def check_names(spec) -> list[str]:
 
 
 def descriptions(spec) -> dict[str, str]:
-    return {**CHECK_DESCRIPTIONS, **{custom_check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
+    out = {**CHECK_DESCRIPTIONS, **{custom_check_name(t): f"custom check {t}" for t in spec.validation.custom_checks}}
+    if (cal := spec.validation.calibration) is not None:
+        out[DRIFT] = (f"each column against the limits calibrated on its own history (ml-assets calibrate; calibration "
+                      f"{cal.version[:12]}, {cal.start}..{cal.end}, target rate {cal.target_rate:g}): what its weekly "
+                      "and yearly profile and its recent level leave, its relation to the other columns, runs, nulls, "
+                      "new values, the label's rate and fit")
+    return out
 
 
 def enabled(spec, name: str) -> bool:

@@ -73,7 +73,10 @@ def publish(step: Step, store: VersionStore, raw: RawRecord, done: Audit, names:
 
     verdict, day = done.verdict, step.partition
     checks = verdict_metadata(verdict, names)
-    meta = PublishCommit(provenance=step.provenance(), audited_commit=done.commit, **checks).to_commit_metadata()
+    cal = step.spec.validation.calibration
+    calibration = f"{cal.version[:12]} ({cal.start}..{cal.end}, target rate {cal.target_rate:g})" if cal else ""
+    meta = PublishCommit(provenance=step.provenance(), audited_commit=done.commit, calibration=calibration,
+                         **checks).to_commit_metadata()
     main_commit = merge_with_retry(store, raw.repository, raw.branch, "main", metadata=meta)
     store.delete_branch(raw.repository, raw.branch)
     if verdict.waived:
@@ -84,7 +87,7 @@ def publish(step: Step, store: VersionStore, raw: RawRecord, done: Audit, names:
     log.info(f"validated_snapshot {day}: {verdict.rows.height} rows pass {len(names) - len(verdict.warnings)} of "
         f"{len(names)} checks; main is now {main_commit[:12]}")
     return SnapshotRecord(repository=raw.repository, commit=main_commit, audited_commit=done.commit,
-                          rows=verdict.rows.height, objects=done.objects)
+                          rows=verdict.rows.height, objects=done.objects, calibration=calibration)
 
 
 __all__ = ["Audit", "audit", "publish", "quarantine"]

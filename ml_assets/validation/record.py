@@ -21,6 +21,8 @@ class SnapshotRecord(Record):
     rows: int
     objects: tuple[StoredObject, ...] = field("json", of=StoredObject)
     """The objects as published: after quarantine, the clean rows' bytes and counts."""
+    calibration: str = ""
+    """The calibration whose limits judged the day's drift: its version, history and target rate."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,9 +34,10 @@ class PublishCommit:
     checks_passed: str = ""
     waived: str = ""
     warnings: str = ""
+    calibration: str = ""
 
     def to_commit_metadata(self) -> dict[str, str]:
-        extra = {"waived": self.waived, "warnings": self.warnings}
+        extra = {"waived": self.waived, "warnings": self.warnings, "calibration": self.calibration}
         return {**self.provenance.to_tags(), "audited_commit": self.audited_commit,
                 "checks_passed": self.checks_passed, **{k: v for k, v in extra.items() if v}}
 
@@ -43,7 +46,7 @@ class PublishCommit:
         if "audited_commit" not in meta:
             raise RecordError(f"not a publishing merge: its metadata has no 'audited_commit' ({sorted(meta)})")
         return cls(provenance=Provenance.from_tags(meta), audited_commit=meta["audited_commit"],
-                   **{k: meta.get(k, "") for k in ("checks_passed", "waived", "warnings")})
+                   **{k: meta.get(k, "") for k in ("checks_passed", "waived", "warnings", "calibration")})
 
     @staticmethod
     def is_publish(meta: Mapping[str, Any], partition: str) -> bool:

@@ -1,0 +1,169 @@
+"""Calibrated drift limits (``ml-assets calibrate``): fitted on a real series' own history, written
+beside the spec, refused when they no longer fit it, and used by the snapshot's drift check and the
+fast replay alike. The series: Seattle's daily weather (vega_datasets), one row a day.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ml_assets.ingest.sources import ROWS, read_day, read_range
+from ml_assets.spec import SpecError, load_spec
+from ml_assets.validation.calibrated import outcome
+from ml_assets.validation.check_results import check_metadata
+from ml_assets.validation.command import run_calibrate
+from ml_assets.validation.names import DRIFT
+from ml_assets.validation.replay import replay
+from ml_assets.validation.run import gather_history, judge
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "daily_series"
+START, END = "2012-01-01", "2013-12-31"
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "seattle_rain.yaml", folder)
+    monkeypatch.setenv("ML_ASSETS_MODELS_DIR", str(folder))
+    monkeypatch.setenv("ML_ASSETS_HOME", str(tmp_path / "home"))
+    return folder
+
+
+def test_calibrate_writes_a_versioned_calibration_beside_the_spec_and_the_spec_reads_it(models, capsys):
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0
+    out = capsys.readouterr().out
+    written = models / "seattle_rain.calibration.json"
+    cal = load_spec(models / "seattle_rain.yaml").validation.calibration
+    assert cal is not None and cal.version == json.loads(written.read_text())["version"] == cal.content_hash()
+    assert (cal.start, cal.end, cal.target_rate, cal.days) == (dt.date(2012, 1, 1), dt.date(2013, 12, 31), 0.01, 731)
+    assert cal.in_sample_rate <= cal.target_rate / 2
+    # Per column: the limit, the variability it came from, and the history days it still blocks.
+    assert "temp_max" in out and "natural variability" in out and "history days blocked" in out
+    assert f"written to {written}" in out.splitlines()[-1]
+    assert run_calibrate("seattle_rain", None, None, 0.01, True) == 0
+    assert cal.version[:12] in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.25, -0.01])
+def test_a_target_rate_outside_its_range_is_refused_and_nothing_is_written(models, capsys, rate):
+    assert run_calibrate("seattle_rain", START, END, rate, False) == 2
+    assert "outside (0, 0.2]" in capsys.readouterr().err
+    assert not (models / "seattle_rain.calibration.json").exists()
+
+
+def test_too_few_days_says_how_many_it_has_and_needs_and_writes_nothing(models, capsys):
+    assert run_calibrate("seattle_rain", "2012-01-01", "2012-04-30", 0.01, False) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "gives 121 day(s)" in err and "needs at least" in err and "Nothing was written" in err
+    assert not (models / "seattle_rain.calibration.json").exists()
+
+
+def test_a_range_with_gaps_says_what_it_has_and_writes_nothing(models, tmp_path, capsys):
+    source = pl.read_csv(load_spec(models / "seattle_rain.yaml").source.rows.path)
+    holed = source.filter(~pl.col("date").is_in([f"2013/03/{d:02d}" for d in range(10, 16)]))
+    holed.write_csv(tmp_path / "weather.csv")
+    spec = (models / "seattle_rain.yaml").read_text().replace(
+        "package://vega_datasets/_data/seattle-weather.csv", str(tmp_path / "weather.csv"))
+    (models / "seattle_rain.yaml").write_text(spec)
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 2
+    err = capsys.readouterr().err
+    assert "has gaps: 725 of its 731 days have rows" in err and "2013-03-10" in err and "longest gap 6 days" in err
+    assert not (models / "seattle_rain.calibration.json").exists()
+
+
+def test_a_calibration_for_another_schema_is_refused_at_load_naming_the_columns(models):
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0
+    spec = models / "seattle_rain.yaml"
+    spec.write_text(spec.read_text().replace("wind: {dtype: float64, min: 0, max: 40}", "wind: {dtype: int64, min: 0}")
+                    .replace("    weather: {dtype: string, after_event: true}\n", ""))
+    with pytest.raises(SpecError) as err:
+        load_spec(spec)
+    assert "made for another schema" in str(err.value)
+    assert "weather (removed)" in str(err.value) and "wind (float64 -> int64)" in str(err.value)
+    # calibrate again reads the spec without the old calibration and replaces it
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0
+    assert load_spec(spec).validation.calibration.schema_["wind"] == "int64"
+
+
+def test_a_calibration_edited_by_hand_is_refused(models):
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0
+    written = models / "seattle_rain.calibration.json"
+    data = json.loads(written.read_text())
+    data["tests"][0]["limit"] = 1e9
+    written.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match="does not match its content"):
+        load_spec(models / "seattle_rain.yaml")
+
+
+@pytest.fixture(scope="module")
+def seattle():
+    return load_spec(EXAMPLES / "seattle_rain.yaml")
+
+
+def test_the_fast_replay_judges_each_day_as_the_snapshot_does(seattle):
+    """The snapshot's path (each day's history gathered from what passed, the drift check on its own) and
+    the replay vectorized over days give the same verdicts, a stuck sensor's blocked days included."""
+    first, last = dt.date(2014, 3, 1), dt.date(2014, 5, 15)
+    rows = read_range(seattle, dt.date(2013, 8, 1), last).rows
+    stuck = rows.with_columns(pl.when(pl.col("__day") >= dt.date(2014, 4, 10)).then(12.5)
+                              .otherwise(pl.col("temp_min")).alias("temp_min"))
+    by_day = {k[0]: f for k, f in stuck.partition_by("__day", as_dict=True, include_key=False).items()}
+    fast = list(replay(seattle, first, last, rows=stuck))
+    slow = list(replay(seattle, first, last, read=lambda spec, day: by_day[day]))
+    assert [(v.day, v.passed, sorted(v.failed)) for v in fast] == [(v.day, v.passed, sorted(v.failed)) for v in slow]
+    blocked = [v for v in fast if not v.passed and v.day >= dt.date(2014, 4, 10)]
+    assert blocked[0].day <= dt.date(2014, 4, 15)  # its run of equal values passes the history's longest
+    assert [v.day for v in blocked] == [v.day for v in fast if v.day >= blocked[0].day]  # and stays blocked
+    assert all("temp_min: run: the same value" in v.failed[DRIFT] for v in blocked)
+
+
+def test_a_blocked_day_names_the_column_its_limit_and_what_it_was_compared_with(seattle):
+    """The check result Dagster shows for a day whose maximum temperature reads in Fahrenheit and stays
+    within the range check (a winter day)."""
+    day = dt.date(2014, 1, 20)
+    published = {d: read_day(seattle, d).tables[ROWS] for d in (day - dt.timedelta(days=n) for n in range(1, 120))}
+    rows = read_day(seattle, day).tables[ROWS].with_columns(pl.col("temp_max") * 1.8 + 32 - 20)
+    verdict = judge(seattle, rows, day, *gather_history(seattle, day, published.get))
+    drift = next(o for o in verdict.outcomes if o.name == DRIFT)
+    assert not drift.passed
+    first = drift.summary.split("; ")[0]  # the test furthest past its limit comes first
+    assert first.startswith("temp_max: mean") and "limit" in first and "2012-01-01..2013-12-31" in first
+    # what it was compared with: its recent days on main, or the other columns as they related
+    assert "the median of the days on main 2013-" in first or "as related on" in first
+    metadata = check_metadata(drift, "repo", "branch", "commit")
+    assert "temp_max: mean" in metadata["summary"].value and metadata["failures"] >= 1
+    assert seattle.validation.calibration.version[:12] in drift.observed["calibration"]
+
+
+def test_a_day_without_enough_history_is_not_judged_and_says_so(seattle):
+    cal = seattle.validation.calibration
+    result = outcome(cal, dt.date(2014, 1, 1), np.full(len(cal.tests), np.nan))
+    assert result.passed and result.summary.startswith("not judged")
+
+
+@pytest.mark.parametrize("name, first, column", [
+    ("seattle_rain", dt.date(2014, 6, 1), "temp_min"),
+    ("melbourne_hot", dt.date(1987, 6, 1), "Min_Temp"),
+    ("peyton_views", dt.date(2014, 9, 1), "y"),
+])
+def test_each_example_series_replays_held_out_days_quietly_and_blocks_a_stuck_column(name, first, column):
+    """Each example's calibration was fitted on the series' first years; these days come after them."""
+    spec = load_spec(EXAMPLES / f"{name}.yaml")
+    last = first + dt.timedelta(days=59)
+    rows = read_range(spec, first - dt.timedelta(days=120), last).rows
+    clean = [v for v in replay(spec, first, last, rows=rows) if not v.absent]
+    assert sum(not v.passed for v in clean) <= 1
+    break_day = first + dt.timedelta(days=30)
+    value = rows.filter(pl.col("__day") == break_day)[column].item()
+    stuck = rows.with_columns(pl.when(pl.col("__day") >= break_day).then(value).otherwise(pl.col(column)).alias(column))
+    blocked = [v.day for v in replay(spec, break_day, last, rows=stuck) if column in v.failed.get(DRIFT, "")]
+    # within the history's own longest runs of equal values (Seattle's temperatures repeat, rounded from °F)
+    assert blocked and blocked[0] <= break_day + dt.timedelta(days=6)
