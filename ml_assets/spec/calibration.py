@@ -18,6 +18,9 @@ from pydantic import Field, model_validator
 from ml_assets.spec.base import StrictModel
 
 FORMAT = 1
+# The gate's statistics as this code computes them: limits fitted on other statistics mean nothing to
+# it. Bump it whenever a test's statistic changes; older calibrations are then refused at load.
+METHOD = 1
 Kind = Literal["deviation", "level", "dispersion", "relation", "coupling", "run", "share"]
 
 
@@ -64,6 +67,7 @@ class Test(StrictModel):
 
 class Calibration(StrictModel):
     format: int = FORMAT
+    method: int = Field(default=METHOD, description="the version of the gate's statistics the limits were fitted on")
     model: str
     start: dt.date
     end: dt.date
@@ -82,6 +86,9 @@ class Calibration(StrictModel):
 
     @model_validator(mode="after")
     def _versioned(self) -> Calibration:
+        if self.format != FORMAT or self.method != METHOD:
+            raise ValueError(f"calibration of {self.model}: made for format {self.format}, method {self.method}; this "
+                             f"version judges with format {FORMAT}, method {METHOD}: calibrate again")
         if self.version and self.version != self.content_hash():
             raise ValueError(f"calibration of {self.model}: version {self.version[:12]} does not match its content "
                              f"({self.content_hash()[:12]}): the file was edited by hand; calibrate again")

@@ -34,6 +34,7 @@ WINDOWS = {"deviation": (1, 3), "level": (7, 28), "dispersion": (7, 28), "relati
 MAX_SHARES = 8  # categories of at least 5% of rows each get a share signal
 MAX_MISSING_SHARE, MAX_GAP_DAYS = 0.02, 3
 IN_SAMPLE_SHARE = 0.5  # of the target rate, on the history itself
+MIN_JUDGED_DAYS = 200
 
 
 class CalibrationError(ValueError):
@@ -43,7 +44,7 @@ class CalibrationError(ValueError):
 def min_days(target_rate: float) -> int:
     """Days a calibration needs: the level's and the longest window's, then enough judged days to
     see the target rate a few times."""
-    return LEVEL_DAYS + max(WINDOWS["level"]) + max(200, math.ceil(3 / target_rate))
+    return LEVEL_DAYS + max(WINDOWS["level"]) + max(MIN_JUDGED_DAYS, math.ceil(3 / target_rate))
 
 
 def check_range(spec: ModelSpec, start: dt.date, end: dt.date, given: set[dt.date], target_rate: float) -> list[dt.date]:
@@ -226,6 +227,10 @@ def _fit_limits(draft: Calibration, stats: np.ndarray, days: list[dt.date], give
     level to be compared with."""
     level = [i for i, t in enumerate(draft.tests) if t.kind in ("deviation", "level")]
     judged = given & (np.any(np.isfinite(stats[:, level]), axis=1) if level else np.any(np.isfinite(stats), axis=1))
+    if judged.sum() < MIN_JUDGED_DAYS:
+        raise CalibrationError(f"{draft.model}: only {int(judged.sum())} day(s) of {draft.start}..{draft.end} could be "
+                               f"judged (a signal needs {LEVEL_DAYS // 2} days of its level before it); calibration "
+                               f"needs at least {MIN_JUDGED_DAYS}. Nothing was written.")
     tails = [_tail(t.kind, stats[judged, i]) for i, t in enumerate(draft.tests)]
     tops = [float(np.nanmax(stats[judged, i])) if np.any(np.isfinite(stats[judged, i])) else 0.0
             for i in range(len(draft.tests))]

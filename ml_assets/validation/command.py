@@ -93,6 +93,7 @@ def run_calibrate(model: str, start: str | None, end: str | None, target_rate: f
         rows = read.rows
         given = set(rows[DAY].unique().to_list()) - set(read.absent) if rows.height else set()
         missing = check_range(spec, first, last, given, target_rate)
+        rows = _without_broken_days(spec, rows)
         began = time.monotonic()
         cal = calibrate(spec, rows, first, last, missing, target_rate, say=lambda line: print(line, flush=True))
         type(spec).model_validate({**spec.model_dump(by_alias=True),
@@ -104,6 +105,32 @@ def run_calibrate(model: str, start: str | None, end: str | None, target_rate: f
     print(f"calibrated in {time.monotonic() - began:.1f} s; written to {path} (version {cal.version[:12]}); the drift "
           f"check now judges {spec.name} with these limits")
     return 0
+
+
+def _without_broken_days(spec, rows):
+    """The history less the days whose rows fail the row checks: the snapshot would keep them from main."""
+    import polars as pl
+
+    from ml_assets.validation.calibrate import CalibrationError
+    from ml_assets.validation.fast_replay import valid_days
+    from ml_assets.validation.label_drift import DAY
+    from ml_assets.validation.schema_checks import schema_checks
+
+    by_day = {k[0]: f for k, f in rows.partition_by(DAY, as_dict=True, include_key=False).items()} if rows.height else {}
+    valid = valid_days(spec, by_day)
+    failed = {d: [o for o in schema_checks(spec.data_schema, by_day[d]).values() if not o.passed]
+              for d in sorted(set(by_day) - valid)}
+    broken = [d for d, outcomes in failed.items() if outcomes]
+    if broken and len(broken) == len(by_day):
+        first = broken[0]
+        raise CalibrationError(f"{spec.name}: every day of the range fails the row checks, so none would reach main "
+                               f"({first}: {'; '.join(f'{o.name}: {o.summary}' for o in failed[first])}): the spec "
+                               "does not fit the source. Nothing was written.")
+    if broken:
+        shown = ", ".join(str(d) for d in broken[:5]) + (" ..." if len(broken) > 5 else "")
+        print(f"{len(broken)} day(s) fail the row checks and are left out of the history, as the snapshot would keep "
+              f"them from main: {shown}", flush=True)
+    return rows.filter(~pl.col(DAY).is_in(broken)) if broken else rows
 
 
 def _write(path: Path, cal: Calibration) -> None:

@@ -180,7 +180,10 @@ class Gate:
             for (kind, w), (rows, sigs) in self.by_kind.items():
                 window = [d for d in range(max(0, t - w + 1), t) if published[d]] + [t]
                 if kind in ("deviation", "level", "dispersion"):
-                    stats[rows] = _pooled(kind, (resid[window][:, sigs] - levels[w][sigs]) / self.scale[sigs], w)
+                    z = (resid[window][:, sigs] - levels[w][sigs]) / self.scale[sigs]
+                    stats[rows] = _pooled(kind, z, w)
+                    if kind == "level":  # a share or a rate is bounded: its days are summed, as a count
+                        stats[rows] = np.where(self.mean_level[sigs], _pooled("deviation", z, w), stats[rows])
                 elif kind in ("relation", "coupling"):
                     kind_ = "deviation" if kind == "relation" else "dispersion"
                     stats[rows] = _pooled(kind_, (errors[window][:, sigs] - rel_levels[w][sigs]) / self.rel_scale[sigs], w)

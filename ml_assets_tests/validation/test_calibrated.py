@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from ml_assets.ingest.sources import ROWS, read_day, read_range
+from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError, load_spec
 from ml_assets.validation.calibrated import outcome
 from ml_assets.validation.check_results import check_metadata
@@ -50,6 +51,7 @@ def test_calibrate_writes_a_versioned_calibration_beside_the_spec_and_the_spec_r
     assert f"written to {written}" in out.splitlines()[-1]
     assert run_calibrate("seattle_rain", None, None, 0.01, True) == 0
     assert cal.version[:12] in capsys.readouterr().out
+    assert not load_settings().version_store_root.exists()  # replayed in memory: no store, no main
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.25, -0.01])
@@ -79,18 +81,24 @@ def test_a_range_with_gaps_says_what_it_has_and_writes_nothing(models, tmp_path,
     assert not (models / "seattle_rain.calibration.json").exists()
 
 
-def test_a_calibration_for_another_schema_is_refused_at_load_naming_the_columns(models):
+def test_a_calibration_for_another_schema_is_refused_at_load_naming_the_columns(models, capsys):
     assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0
     spec = models / "seattle_rain.yaml"
-    spec.write_text(spec.read_text().replace("wind: {dtype: float64, min: 0, max: 40}", "wind: {dtype: int64, min: 0}")
+    original = spec.read_text()
+    spec.write_text(original.replace("wind: {dtype: float64, min: 0, max: 40}", "wind: {dtype: int64, min: 0}")
                     .replace("    weather: {dtype: string, after_event: true}\n", ""))
     with pytest.raises(SpecError) as err:
         load_spec(spec)
     assert "made for another schema" in str(err.value)
     assert "weather (removed)" in str(err.value) and "wind (float64 -> int64)" in str(err.value)
-    # calibrate again reads the spec without the old calibration and replaces it
-    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0
-    assert load_spec(spec).validation.calibration.schema_["wind"] == "int64"
+    # calibrate again reads the spec without the old calibration: here the spec no longer fits the source
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "every day of the range fails the row checks" in err and "schema" in err and "Nothing was written" in err
+    spec.write_text(original.replace("    weather: {dtype: string, after_event: true}\n", "    weather: {dtype: string}\n"))
+    assert run_calibrate("seattle_rain", START, END, 0.01, False) == 0  # and replaces the old calibration
+    assert load_spec(spec).validation.calibration.schema_ == {c: col.dtype for c, col in
+                                                              load_spec(spec).data_schema.columns.items()}
 
 
 def test_a_calibration_edited_by_hand_is_refused(models):
@@ -167,3 +175,32 @@ def test_each_example_series_replays_held_out_days_quietly_and_blocks_a_stuck_co
     blocked = [v.day for v in replay(spec, break_day, last, rows=stuck) if column in v.failed.get(DRIFT, "")]
     # within the history's own longest runs of equal values (Seattle's temperatures repeat, rounded from °F)
     assert blocked and blocked[0] <= break_day + dt.timedelta(days=6)
+
+
+@pytest.mark.parametrize("path, problem", [
+    ("package://vega_datasets/../../etc/passwd", "lies outside the package"),
+    ("package://no_such_package_here/data.csv", "is not installed"),
+    ("package://vega-datasets/x.csv", "expected package://<package>/<file inside it>"),
+    ("package://vega_datasets", "expected package://<package>/<file inside it>"),
+])
+def test_a_package_source_path_is_checked_before_anything_is_read(tmp_path, path, problem):
+    text = (EXAMPLES / "seattle_rain.yaml").read_text().replace(
+        "package://vega_datasets/_data/seattle-weather.csv", path)
+    (tmp_path / "seattle_rain.yaml").write_text(text)
+    with pytest.raises(SpecError, match="source path") as err:
+        load_spec(tmp_path / "seattle_rain.yaml")
+    assert problem in str(err.value)
+
+
+def test_a_waiver_accepts_a_blocked_day_of_a_calibrated_spec(seattle):
+    first, last = dt.date(2014, 4, 1), dt.date(2014, 4, 30)
+    rows = read_range(seattle, dt.date(2013, 8, 1), last).rows
+    broken = rows.with_columns(pl.when(pl.col("__day") == dt.date(2014, 4, 20)).then(pl.col("temp_max") + 12)
+                               .otherwise(pl.col("temp_max")).alias("temp_max"))
+    blocked = [v.day for v in replay(seattle, first, last, rows=broken) if not v.passed]
+    assert dt.date(2014, 4, 20) in blocked
+    data = seattle.model_dump(by_alias=True)
+    data["validation"]["waivers"] = [{"day": "2014-04-20", "checks": ["drift"], "reason": "a heat record, checked by hand"}]
+    waived = type(seattle).model_validate(data)
+    day = next(v for v in replay(waived, first, last, rows=broken) if v.day == dt.date(2014, 4, 20))
+    assert day.passed and day.waived == {"drift": "a heat record, checked by hand"}

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from ml_assets.validation.command import replay_checks
 from ml_assets.spec import ModelSpec
+from ml_assets.validation.command import replay_checks
 from ml_assets.validation.replay import replay
 from ml_assets_tests.helpers import flights_files, write_spec
 
