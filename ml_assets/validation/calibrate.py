@@ -184,7 +184,7 @@ def _relation_scales(draft: Calibration, data: Daily) -> dict[str, float]:
     published = data.rows > 0
     level = np.full_like(errors, np.nan)
     for t in range(len(errors)):
-        level[t] = gate._levels(errors, published, t, [1], RELATION_LEVEL_DAYS)[1]
+        level[t] = gate.levels(errors, published, t, [1], RELATION_LEVEL_DAYS)[1]
     related = [k for k in gate.keys if draft.signals[k].relation]
     return {k: robust_scale(errors[:, i] - level[:, i]) for i, k in enumerate(related)}
 

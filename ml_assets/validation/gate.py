@@ -40,7 +40,7 @@ class Finding:
         sig = cal.signals[self.test.signal]
         what = f"{sig.column}: {sig.measure}" + (f" over {self.test.window} days" if self.test.window > 1 else "")
         ref = reference(cal, self.test, day)
-        if self.test.kind == "deviation":
+        if self.test.kind == "deviation" or (self.test.kind == "level" and sig.measure.startswith(("share", "rate"))):
             return f"{what} {self.statistic:.1f} sd from {ref} (limit {self.test.limit:.2f})"
         if self.test.kind == "level":
             return f"{what}: its median day {self.statistic:.1f} sd from {ref} (limit {self.test.limit:.2f})"
@@ -149,11 +149,11 @@ class Gate:
         resid = data.values - profile(self.cal.signals, self.keys, data.days)
         state = _State(len(data.days), len(self.keys))
         for t in range(len(data.days)):
-            state.dev1[t] = resid[t] - self._levels(resid, published, t, [1], self.cal.level_days, self.mean_level)[1]
+            state.dev1[t] = resid[t] - self.levels(resid, published, t, [1], self.cal.level_days, self.mean_level)[1]
         return state.dev1
 
     @staticmethod
-    def _levels(values: np.ndarray, published: np.ndarray, t: int, windows: list[int], days: int,
+    def levels(values: np.ndarray, published: np.ndarray, t: int, windows: list[int], days: int,
                 mean: np.ndarray | None = None) -> dict[int, np.ndarray]:
         """Per window: each column's level over the ``days`` published days before the window (NaN with
         fewer than half of them)."""
@@ -175,8 +175,8 @@ class Gate:
         stats = np.full(len(self.cal.tests), np.nan)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: not judged
-            levels = self._levels(resid, published, t, self.windows, self.cal.level_days, self.mean_level)
-            rel_levels = self._levels(errors, published, t, self.rel_windows, RELATION_LEVEL_DAYS)
+            levels = self.levels(resid, published, t, self.windows, self.cal.level_days, self.mean_level)
+            rel_levels = self.levels(errors, published, t, self.rel_windows, RELATION_LEVEL_DAYS)
             for (kind, w), (rows, sigs) in self.by_kind.items():
                 window = [d for d in range(max(0, t - w + 1), t) if published[d]] + [t]
                 if kind in ("deviation", "level", "dispersion"):
