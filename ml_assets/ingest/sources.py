@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fsspec
+import numpy as np
 import polars as pl
 
 from ml_assets.spec import ModelSpec, SourceSpec, TableSource
@@ -252,18 +253,18 @@ def read_range(spec: ModelSpec, start: dt.date, end: dt.date) -> RangeRows:
         assert rows.table is not None
         by_day = _bundled_by_day(rows.table, part.timestamp_column, part.timezone, part.timestamp_format)
         empty = _bundled_table(rows.table)[0].clear()
-        return RangeRows(_dated({d: by_day.get(d, empty) for d in days}))
+        return RangeRows(dated({d: by_day.get(d, empty) for d in days}))
     if whole:
         frame, _ = read_table(spec.source, ROWS, rows, start)
         if part.timestamp_column not in frame.columns:
             raise SourceError(f"source.rows: timestamp column {part.timestamp_column!r} is missing "
                               f"(columns: {frame.columns})")
         try:
-            dated = frame.with_columns(local_day(part.timestamp_column, frame.schema[part.timestamp_column],
+            by_day = frame.with_columns(local_day(part.timestamp_column, frame.schema[part.timestamp_column],
                                                  part.timezone, part.timestamp_format).alias("__day"))
         except pl.exceptions.PolarsError as exc:
             raise SourceError(f"source.rows: cannot read timestamps in column {part.timestamp_column!r}: {exc}") from None
-        return RangeRows(dated.filter(pl.col("__day").is_between(start, end)))
+        return RangeRows(by_day.filter(pl.col("__day").is_between(start, end)))
     frames, absent = {}, {}
     for day in days:
         try:
@@ -272,11 +273,14 @@ def read_range(spec: ModelSpec, start: dt.date, end: dt.date) -> RangeRows:
             absent[day] = str(exc)
     shapes = Counter(tuple(f.schema.items()) for f in frames.values())
     common = shapes.most_common(1)[0][0] if shapes else ()
-    return RangeRows(_dated(frames), absent, {d: f for d, f in frames.items() if tuple(f.schema.items()) != common})
+    return RangeRows(dated(frames), absent, {d: f for d, f in frames.items() if tuple(f.schema.items()) != common})
 
 
-def _dated(frames: dict[dt.date, pl.DataFrame]) -> pl.DataFrame:
+def dated(frames: dict[dt.date, pl.DataFrame]) -> pl.DataFrame:
+    """The days' rows in one frame, each row's day in ``__day`` (one concatenation, the days added by one
+    gather: a sparse source's history is hundreds of frames of a row or two)."""
     if not frames:
         return pl.DataFrame(schema={"__day": pl.Date})
-    return pl.concat([f.with_columns(pl.lit(d, pl.Date).alias("__day")) for d, f in frames.items()],
-                     how="diagonal_relaxed")
+    days = pl.Series("__day", list(frames), pl.Date).gather(
+        np.repeat(np.arange(len(frames)), [f.height for f in frames.values()]))
+    return pl.concat(list(frames.values()), how="diagonal_relaxed").with_columns(days)

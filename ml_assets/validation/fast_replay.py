@@ -9,7 +9,7 @@ gate: the gate's history is the days already judged, those that passed becoming 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import polars as pl
@@ -55,10 +55,8 @@ def valid_days(spec: ModelSpec, by_day: dict[dt.date, pl.DataFrame]) -> set[dt.d
     return valid
 
 
-def judged_days(spec: ModelSpec, first: dt.date, end: dt.date, read: RangeRows,
-                progress: Callable[[int, int], None] | None = None) -> Iterator[DayVerdict]:
-    """Every day from ``first`` to ``end`` judged in order, from the range's rows (``read``).
-    ``progress(done, blocked)`` after each day."""
+def judged_days(spec: ModelSpec, first: dt.date, end: dt.date, read: RangeRows) -> Iterator[DayVerdict]:
+    """Every day from ``first`` to ``end`` judged in order, from the range's rows (``read``)."""
     cal = spec.validation.calibration
     assert cal is not None
     days = [first + dt.timedelta(days=i) for i in range((end - first).days + 1)]
@@ -89,10 +87,5 @@ def judged_days(spec: ModelSpec, first: dt.date, end: dt.date, read: RangeRows,
         counts[day] = verdict.rows.height
         return True
 
-    blocked = 0
-    for done, _ in enumerate(Gate(cal).run(data, np.zeros(len(days), dtype=bool), 0, decide), start=1):
-        verdict = found.pop()
-        blocked += not verdict.passed and not verdict.absent
-        if progress is not None:
-            progress(done, blocked)
-        yield verdict
+    for _ in Gate(cal).run(data, np.zeros(len(days), dtype=bool), 0, decide):
+        yield found.pop()

@@ -132,7 +132,7 @@ class Gate:
         published = published.copy()
         resid = data.values - profile(self.cal.signals, self.keys, data.days)
         errors = self.errors(resid)
-        state = _State(len(data.days), len(self.keys))
+        state = _State(len(self.keys))
         unseen = _by_day(data)
         for t in range(len(data.days)):
             stats = self._day(t, data, resid, errors, published, state, unseen.get(t, []))
@@ -147,10 +147,8 @@ class Gate:
     def deviations(self, data: Daily, published: np.ndarray) -> np.ndarray:
         """Each day's signed deviation of every signal from its profile and recent level (unscaled)."""
         resid = data.values - profile(self.cal.signals, self.keys, data.days)
-        state = _State(len(data.days), len(self.keys))
-        for t in range(len(data.days)):
-            state.dev1[t] = resid[t] - self.levels(resid, published, t, [1], self.cal.level_days, self.mean_level)[1]
-        return state.dev1
+        return np.array([resid[t] - self.levels(resid, published, t, [1], self.cal.level_days, self.mean_level)[1]
+                         for t in range(len(data.days))]).reshape(resid.shape)
 
     @staticmethod
     def levels(values: np.ndarray, published: np.ndarray, t: int, windows: list[int], days: int,
@@ -223,11 +221,10 @@ def _pooled(kind: str, z: np.ndarray, w: int) -> np.ndarray:
 
 
 class _State:
-    """What the days so far leave for the next: each signal's deviation from its level, the runs of
-    equal values, and when each unseen value was last on main."""
+    """What the days so far leave for the next: the runs of equal values, and when each unseen value
+    was last on main."""
 
-    def __init__(self, days: int, signals: int) -> None:
-        self.dev1 = np.full((days, signals), np.nan)
+    def __init__(self, signals: int) -> None:
         self.last = np.full(signals, np.nan)
         self.length = np.zeros(signals)
         self.seen: dict[tuple[str, str], int] = {}

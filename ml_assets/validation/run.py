@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-import numpy as np
 import polars as pl
 
+from ml_assets.ingest.sources import dated
 from ml_assets.spec import ModelSpec
 from ml_assets.validation.calibrated import calibrated_drift
 from ml_assets.validation.checks import (
@@ -20,7 +20,7 @@ from ml_assets.validation.checks import (
     volume_check,
 )
 from ml_assets.validation.custom import check_name, run_custom
-from ml_assets.validation.drift import DAY, drift_check
+from ml_assets.validation.drift import drift_check
 from ml_assets.validation.names import (
     DRIFT,
     FRESHNESS,
@@ -69,8 +69,8 @@ def gather_history(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Load
         elif (loaded := load(past)) is not None:  # outside the drift window: the count is enough
             counts[past] = loaded.select(pl.len()).collect().item() if isinstance(loaded, pl.LazyFrame) else loaded.height
     start = day - dt.timedelta(days=drift.current_days - 1)  # the current window's first day
-    return History(counts, _dated({d: f for d, f in frames.items() if d < start}),
-                   _dated({d: f for d, f in frames.items() if d >= start}), _seasonal(spec, day, load, frames))
+    return History(counts, dated({d: f for d, f in frames.items() if d < start}),
+                   dated({d: f for d, f in frames.items() if d >= start}), _seasonal(spec, day, load, frames))
 
 
 def _seasonal(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Loaded | None],
@@ -88,17 +88,7 @@ def _seasonal(spec: ModelSpec, day: dt.date, load: Callable[[dt.date], Loaded | 
                 found = found.collect()
             if found is not None:
                 frames[past] = found
-    return _dated(frames)
-
-
-def _dated(frames: dict[dt.date, pl.DataFrame]) -> pl.DataFrame:
-    """The days' rows in one frame, each row's day in ``__day`` (one concatenation: a sparse source's
-    reference is hundreds of frames of a row or two)."""
-    if not frames:
-        return pl.DataFrame()
-    days = pl.Series(DAY, list(frames), pl.Date).gather(
-        np.repeat(np.arange(len(frames)), [f.height for f in frames.values()]))
-    return pl.concat(list(frames.values()), how="diagonal_relaxed").with_columns(days)
+    return dated(frames)
 
 
 def history_from_main(store: VersionStore, repo: str, spec: ModelSpec, day: dt.date,
