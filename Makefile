@@ -50,9 +50,11 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-$(DAGSTER_HOME)/dagster.yaml: ml_assets/instance/local.yaml
+# The checkout's instance config (dagster.yaml at the top level, equal to the packaged
+# ml_assets/instance/local.yaml that `ml-assets instance` writes for an installed wheel).
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
-	cp ml_assets/instance/local.yaml $@
+	cp dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(WITH_MODELS) $(BIN)/ml-assets demo --model $(MODEL) $(if $(DAY),--day $(DAY),)

@@ -1,10 +1,12 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from ml_assets.definitions import build_definitions
+from ml_assets.instance import LOCAL_INSTANCE
 from ml_assets.pipeline.graph import DAILY_STAGES as STAGES
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError
@@ -165,3 +167,10 @@ def test_the_daily_schedules_request_the_day_that_just_ended_in_the_models_timez
         first = dt.datetime(2013, 1, 1, hour, tzinfo=new_york)
         with dg.build_schedule_context(scheduled_execution_time=first, repository_def=repository) as ctx:
             assert schedule.evaluate_tick(ctx).run_requests == []  # the first day is not over yet
+
+
+def test_the_checkouts_instance_config_is_the_packaged_one():
+    """`make demo` copies the top-level dagster.yaml; a wheel's user gets the packaged one
+    (`ml-assets instance`): both must configure the same instance."""
+    top = Path(__file__).resolve().parents[1] / "dagster.yaml"
+    assert top.read_text() == LOCAL_INSTANCE.read_text()
