@@ -20,8 +20,9 @@ from ml_assets.spec.base import StrictModel
 FORMAT = 1
 # The gate's statistics as this code computes them: limits fitted on other statistics mean nothing to
 # it. Bump it whenever a test's statistic changes; older calibrations are then refused at load.
-METHOD = 1
-Kind = Literal["deviation", "level", "dispersion", "relation", "coupling", "run", "share"]
+METHOD = 2
+RELATION_LEVEL_DAYS = 91  # a relation's own level: a break in one column is not absorbed in a few weeks
+Kind = Literal["deviation", "level", "dispersion", "relation", "coupling", "alignment", "run", "share"]
 
 
 class Signal(StrictModel):
@@ -37,10 +38,14 @@ class Signal(StrictModel):
     yearly: list[float] | None = Field(default=None, description="Fourier coefficients of the day of the year: "
                                        "cos 1, sin 1, cos 2, sin 2, ...")
     scale: float = Field(default=1.0, gt=0, description="robust sd of a day's deviation from its profile and level")
+    yearly_scale: list[float] | None = Field(default=None, description=(
+        "Fourier coefficients of the log of the scale by day of the year (a summer's days vary more than a "
+        "winter's): the scale on a day is ``scale`` times their exp, within 1/3..3"))
     relation: dict[str, float] = Field(default={}, description=(
         "coefficients predicting this column's deviation from the other columns' on the same day"))
     relation_scale: float = Field(default=1.0, gt=0, description=(
         "robust sd of what the relation leaves, less its own level over the days before"))
+    relation_yearly_scale: list[float] | None = Field(default=None, description="as ``yearly_scale``, of the relation's")
     common: list[float] = Field(default=[], description="values that hold 5% of days or more: a run of one is ordinary")
     vocabulary: list[str] = Field(default=[], description="the values seen during calibration (categoricals)")
     terms: dict[str, float] = Field(default={}, description="fit: the logistic model's coefficients by input")
@@ -101,9 +106,14 @@ class Calibration(StrictModel):
     @property
     def history_days(self) -> int:
         """Days before a day that its judgement reads from main."""
-        longest = max((t.window for t in self.tests), default=1)
+        def longest(*kinds: str) -> int:
+            return max((t.window for t in self.tests if t.kind in kinds), default=0)
+
         runs = max((int(t.limit) + 1 for t in self.tests if t.kind == "run"), default=0)
-        return max(longest + self.level_days, runs)
+        # A relation reads the day before its window's days; its error's level, RELATION_LEVEL_DAYS
+        # before that; an alignment, two days before its window.
+        return max(longest("deviation", "level", "dispersion", "share") + self.level_days,
+                   longest("relation", "coupling") + RELATION_LEVEL_DAYS + 1, longest("alignment") + 2, runs, 1)
 
     def schema_changes(self, columns: dict[str, str]) -> list[str]:
         """How the spec's raw columns differ from the ones this calibration was made for."""

@@ -25,11 +25,12 @@ from ml_assets.validation.gate import RELATION_LEVEL_DAYS, Gate
 from ml_assets.validation.judged import NUMERIC, judged_columns
 from ml_assets.validation.label_drift import DAY, binary_labels
 from ml_assets.validation.label_fit import fit_label_model
-from ml_assets.validation.profiles import fit_profile, fit_relations, robust_scale
+from ml_assets.validation.profiles import fit_profile, fit_relations, fit_yearly_scale, robust_scale, seasonal
 from ml_assets.validation.signals import SPREAD_MIN_ROWS, Daily, daily, profile, signal_key
 
 LEVEL_DAYS = 28
 WINDOWS = {"deviation": (1, 3), "level": (7, 28), "dispersion": (7, 28), "relation": (1, 3, 7), "coupling": (7, 28),
+           "alignment": (7, 28),
            "share": (1, 3), "run": (1,)}
 MAX_SHARES = 8  # categories of at least 5% of rows each get a share signal
 MAX_MISSING_SHARE, MAX_GAP_DAYS = 0.02, 3
@@ -119,7 +120,7 @@ def _tests(signals: dict[str, Signal]) -> list[Test]:
             # The mean square of a share's or a rate's days (0 or 1 on a one-row day) is its season's, not
             # a change of its spread: dispersion is judged on the numeric columns' own measures.
             spread = ("dispersion",) if sig.measure in ("mean", "spread") and sig.column != "label" else ()
-            kinds = ("deviation", "level", *spread) + (("relation", "coupling") if sig.relation else ())
+            kinds = ("deviation", "level", *spread) + (("relation", "coupling", "alignment") if sig.relation else ())
         for kind in kinds:
             for w in WINDOWS[kind]:
                 out.append(Test(signal=key, kind=kind, window=w, limit=math.inf, tail=(0.0, 0.0), median=0.0))
@@ -159,15 +160,18 @@ def calibrate(spec: ModelSpec, rows: pl.DataFrame, start: dt.date, end: dt.date,
                    [Test(signal=k, kind="deviation", window=1, limit=math.inf, tail=(0.0, 0.0), median=0.0)
                     for k in signals], columns)
     signed = Gate(first).deviations(data, data.rows > 0)
+    when = np.array(days, dtype="datetime64[D]")
     for i, key in enumerate(signals):
         sig = signals[key]
         if sig.measure not in ("nulls", "new", "run"):
-            signals[key] = sig.model_copy(update={"scale": robust_scale(signed[:, i])})
+            yearly = fit_yearly_scale(signed[:, i], days) if sig.measure == "mean" else None
+            signals[key] = sig.model_copy(update={"scale": robust_scale(signed[:, i] / seasonal(yearly, when)),
+                                                  "yearly_scale": yearly})
     for key, coef in fit_relations(signals, signed).items():
         signals[key] = signals[key].model_copy(update={"relation": coef})
-    for key, scale in _relation_scales(_draft(spec, start, end, 0, missing, target_rate, signals, [], columns),
-                                       data).items():
-        signals[key] = signals[key].model_copy(update={"relation_scale": scale})
+    for key, (scale, yearly) in _relation_scales(_draft(spec, start, end, 0, missing, target_rate, signals, [], columns),
+                                                 data).items():
+        signals[key] = signals[key].model_copy(update={"relation_scale": scale, "relation_yearly_scale": yearly})
     for key, sig in signals.items():
         if sig.measure == "run":
             signals[key] = sig.model_copy(update={"common": _common(data.column(key))})
@@ -177,7 +181,7 @@ def calibrate(spec: ModelSpec, rows: pl.DataFrame, start: dt.date, end: dt.date,
     return _fit_limits(draft, stats, days, data.rows > 0)
 
 
-def _relation_scales(draft: Calibration, data: Daily) -> dict[str, float]:
+def _relation_scales(draft: Calibration, data: Daily) -> dict[str, tuple[float, list[float] | None]]:
     """Each relation's robust sd of what it leaves, less that error's own level (as the gate takes it)."""
     gate = Gate(draft)
     errors = gate.errors(data.values - profile(draft.signals, gate.keys, data.days))
@@ -186,7 +190,12 @@ def _relation_scales(draft: Calibration, data: Daily) -> dict[str, float]:
     for t in range(len(errors)):
         level[t] = gate.levels(errors, published, t, [1], RELATION_LEVEL_DAYS)[1]
     related = [k for k in gate.keys if draft.signals[k].relation]
-    return {k: robust_scale(errors[:, i] - level[:, i]) for i, k in enumerate(related)}
+    out = {}
+    for i, k in enumerate(related):
+        left = errors[:, i] - level[:, i]
+        yearly = fit_yearly_scale(left, data.days) if draft.signals[k].yearly is not None else None
+        out[k] = (robust_scale(left / seasonal(yearly, np.array(data.days, dtype="datetime64[D]"))), yearly)
+    return out
 
 
 def _common(values: np.ndarray) -> list[float]:

@@ -10,6 +10,8 @@ to one statistic:
 - ``deviation``: the window's summed deviation in the signal's robust sd, ``|sum| / sqrt(n)``;
 - ``relation``: the mean squared part of a column's deviation that the other columns' same-day
   deviations do not predict (a column shifted by a day, or swapped, no longer moves with the rest);
+- ``alignment``: how much better the column's days fit the others' if it were a day late or a day
+  early (a column shifted by a day fits the neighbouring day's better than its own);
 - ``run``: days in a row a column held the very same value (a stuck sensor);
 - ``share``: the window's share of null rows, or of values never seen before.
 
@@ -26,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ml_assets.spec.calibration import Calibration, Test
-from ml_assets.validation.profiles import LAG, lagged
+from ml_assets.spec.calibration import RELATION_LEVEL_DAYS, Calibration, Test
+from ml_assets.validation.profiles import LAG, lagged, seasonal
 from ml_assets.validation.signals import Daily, profile
 
 
@@ -48,6 +50,9 @@ class Finding:
             return f"{what}: mean squared deviation {self.statistic:.1f} sd² from {ref} (limit {self.test.limit:.2f})"
         if self.test.kind == "relation":
             return f"{what} {self.statistic:.1f} sd from what the other columns predict ({ref}, limit {self.test.limit:.2f})"
+        if self.test.kind == "alignment":
+            return (f"{what}: fits the other columns' day before or after better than its own day, by a mean "
+                    f"{self.statistic:.1f} sd² ({ref}, limit {self.test.limit:.2f}): shifted by a day?")
         if self.test.kind == "coupling":
             return (f"{what}: moves apart from the other columns, mean squared {self.statistic:.1f} sd² from what they "
                     f"predict ({ref}, limit {self.test.limit:.2f})")
@@ -60,7 +65,7 @@ def reference(cal: Calibration, test: Test, day: dt.date) -> str:
     """What a test compared the day with, in words."""
     sig = cal.signals[test.signal]
     fitted = f"calibrated on {cal.start}..{cal.end}"
-    if test.kind in ("relation", "coupling"):
+    if test.kind in ("relation", "coupling", "alignment"):
         others = ", ".join(sorted({cal.signals[k.removesuffix(LAG)].column for k in sig.relation}))
         return (f"{others} on the same day and the day before, as related on {cal.start}..{cal.end}, against the last "
                 f"{RELATION_LEVEL_DAYS} days")
@@ -75,7 +80,6 @@ def reference(cal: Calibration, test: Test, day: dt.date) -> str:
     return f"the history {fitted}"
 
 
-RELATION_LEVEL_DAYS = 91  # a relation's own level: a break in one column is not absorbed in a few weeks
 
 
 class Gate:
@@ -93,6 +97,7 @@ class Gate:
         own = ("deviation", "level", "dispersion")
         self.windows = sorted({t.window for t in cal.tests if t.kind in own} | {1})
         self.rel_windows = sorted({t.window for t in cal.tests if t.kind in ("relation", "coupling")})
+        self.align_windows = sorted({t.window for t in cal.tests if t.kind == "alignment"})
         self.common = {self.index[k]: set(s.common) for k, s in cal.signals.items() if s.measure == "run"}
         related = [k for k in self.keys if cal.signals[k].relation]
         self.rel_pos = {self.index[k]: i for i, k in enumerate(related)}
@@ -104,11 +109,11 @@ class Gate:
         self.rel_index = np.array([self.index[k] for k in related], dtype=int)
         self.rel_scale = np.array([cal.signals[k].relation_scale for k in related])
         self.by_kind: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        for kind in ("deviation", "level", "dispersion", "relation", "coupling", "run", "share"):
+        for kind in ("deviation", "level", "dispersion", "relation", "coupling", "alignment", "run", "share"):
             for w in {t.window for t in cal.tests if t.kind == kind}:
                 rows = [i for i, t in enumerate(cal.tests) if t.kind == kind and t.window == w]
                 sigs = np.array([self.index[cal.tests[i].signal] for i in rows])
-                if kind in ("relation", "coupling"):
+                if kind in ("relation", "coupling", "alignment"):
                     sigs = np.array([self.rel_pos[s] for s in sigs])
                 self.by_kind[(kind, w)] = (np.array(rows), sigs)
 
@@ -121,6 +126,29 @@ class Gate:
         values = resid[:, self.rel_index] - np.nan_to_num(inputs) @ self.rel_coef.T
         return np.where(missing > 0, np.nan, values)
 
+    def misaligned(self, resid: np.ndarray) -> np.ndarray:
+        """Per day and relation, the relation's error as the column is, were it a day late (its value is
+        the day before's) and were it a day early, unscaled: (3, days, relations), NaN where an input is
+        missing."""
+        n, rel = len(self.keys), self.rel_index
+        if not len(rel):
+            return np.zeros((2, len(resid), 0))
+        same, lag = self.rel_coef[:, :n], self.rel_coef[:, n:].copy()
+        own = lag[np.arange(len(rel)), rel].copy()
+        lag[np.arange(len(rel)), rel] = 0.0
+        before, two = lagged(resid), lagged(lagged(resid))
+        used = (same != 0) | (lag != 0)
+
+        def predict(today: np.ndarray, yesterday: np.ndarray, own_before: np.ndarray) -> np.ndarray:
+            missing = (np.isnan(today) | np.isnan(yesterday)).astype(float) @ used.T
+            value = np.nan_to_num(today) @ same.T + np.nan_to_num(yesterday) @ lag.T + own_before * own
+            return np.where(missing > 0, np.nan, value)
+
+        aligned = resid[:, rel] - predict(resid, before, before[:, rel])
+        late = resid[:, rel] - predict(before, two, before[:, rel])  # the column's day t is truly t-1
+        early = before[:, rel] - predict(resid, before, two[:, rel])  # its day t-1 is truly t
+        return np.stack([aligned, late, early])
+
     def run(self, data: Daily, published: np.ndarray, judge_from: int = 0,
             decide: Callable[[int, np.ndarray], bool] | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """Each day's statistics (one per test; NaN where not judged), from ``judge_from`` on.
@@ -132,17 +160,38 @@ class Gate:
         published = published.copy()
         resid = data.values - profile(self.cal.signals, self.keys, data.days)
         errors = self.errors(resid)
+        scales = self.scales(data.days)
+        shifted = self.misaligned(resid)
         state = _State(len(self.keys))
         unseen = _by_day(data)
         for t in range(len(data.days)):
-            stats = self._day(t, data, resid, errors, published, state, unseen.get(t, []))
+            stats = self._day(t, data, resid, (errors, shifted), scales, published, state, unseen.get(t, []))
             if t >= judge_from:
                 published[t] = decide(t, stats)
+                if not published[t]:
+                    self._withdraw(t, resid, errors, shifted)
                 yield t, stats
             state.publish(t, published[t], data.values[t], self.common)
             if published[t]:
                 for key, value, _ in unseen.get(t, []):
                     state.seen[(key, value)] = t
+
+    def _withdraw(self, t: int, resid: np.ndarray, errors: np.ndarray, shifted: np.ndarray) -> None:
+        """Day ``t`` is not on main: the two days after it read no "day before" from it, as the
+        snapshot, which reads its history from main, would see them."""
+        resid[t] = np.nan
+        lo, hi = max(0, t - 1), min(len(resid), t + 3)
+        errors[t + 1:hi] = self.errors(resid[lo:hi])[t + 1 - lo:]
+        shifted[:, t + 1:hi] = self.misaligned(resid[lo:hi])[:, t + 1 - lo:]
+
+    def scales(self, days: list[dt.date]) -> tuple[np.ndarray, np.ndarray]:
+        """Each day's scale of every signal, and of every relation, with its season's factor."""
+        when = np.array(days, dtype="datetime64[D]")
+        sig = [self.cal.signals[k] for k in self.keys]
+        own = np.column_stack([self.scale[i] * seasonal(s.yearly_scale, when) for i, s in enumerate(sig)] or
+                              [np.zeros(len(days))])
+        rel = [self.rel_scale[i] * seasonal(sig[s].relation_yearly_scale, when) for i, s in enumerate(self.rel_index)]
+        return own, (np.column_stack(rel) if rel else np.zeros((len(days), 0)))
 
     def deviations(self, data: Daily, published: np.ndarray) -> np.ndarray:
         """Each day's signed deviation of every signal from its profile and recent level (unscaled)."""
@@ -168,9 +217,10 @@ class Gate:
             levels[w] = np.where(np.sum(~np.isnan(past), axis=0) >= days // 2, level, np.nan)
         return levels
 
-    def _day(self, t: int, data: Daily, resid: np.ndarray, errors: np.ndarray, published: np.ndarray,
-             state: _State, unseen: list) -> np.ndarray:
+    def _day(self, t: int, data: Daily, resid: np.ndarray, errors: tuple[np.ndarray, np.ndarray],
+             scales: tuple[np.ndarray, np.ndarray], published: np.ndarray, state: _State, unseen: list) -> np.ndarray:
         stats = np.full(len(self.cal.tests), np.nan)
+        errors, shifted = errors
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: not judged
             levels = self.levels(resid, published, t, self.windows, self.cal.level_days, self.mean_level)
@@ -178,13 +228,17 @@ class Gate:
             for (kind, w), (rows, sigs) in self.by_kind.items():
                 window = [d for d in range(max(0, t - w + 1), t) if published[d]] + [t]
                 if kind in ("deviation", "level", "dispersion"):
-                    z = (resid[window][:, sigs] - levels[w][sigs]) / self.scale[sigs]
+                    z = (resid[window][:, sigs] - levels[w][sigs]) / scales[0][window][:, sigs]
                     stats[rows] = _pooled(kind, z, w)
                     if kind == "level":  # a share or a rate is bounded: its days are summed, as a count
                         stats[rows] = np.where(self.mean_level[sigs], _pooled("deviation", z, w), stats[rows])
                 elif kind in ("relation", "coupling"):
                     kind_ = "deviation" if kind == "relation" else "dispersion"
-                    stats[rows] = _pooled(kind_, (errors[window][:, sigs] - rel_levels[w][sigs]) / self.rel_scale[sigs], w)
+                    stats[rows] = _pooled(kind_, (errors[window][:, sigs] - rel_levels[w][sigs]) / scales[1][window][:, sigs],
+                                          w)
+                elif kind == "alignment":  # the better of the two shifts, over the window
+                    e = (shifted[:, window][:, :, sigs] / scales[1][window][:, sigs]) ** 2
+                    stats[rows] = np.fmax(_pooled("mean", e[0] - e[1], w), _pooled("mean", e[0] - e[2], w))
                 elif kind == "share":
                     stats[rows] = self._shares(data, window, sigs, state, unseen, t)
                 else:
@@ -213,6 +267,8 @@ def _pooled(kind: str, z: np.ndarray, w: int) -> np.ndarray:
     n = np.sum(~np.isnan(z), axis=0)
     if kind == "deviation":
         value = np.abs(np.nansum(z, axis=0)) / np.sqrt(np.maximum(n, 1))
+    elif kind == "mean":
+        value = np.nansum(z, axis=0) / np.maximum(n, 1)
     elif kind == "level":  # the window's median: a spike or two do not move it, a shifted level does
         value = np.abs(_nanmedian(z))
     else:

@@ -21,6 +21,8 @@ from ml_assets.validation.signals import fourier, weekday
 HARMONICS = 3
 YEARLY_MIN_DAYS = 700  # about two years: a profile of one year cannot be told from that year's weather
 WEEKLY_MIN_DAYS = 56
+YEARLY_SCALE_MIN_DAYS = 1461  # four years: a season's spread from one or two years is mostly those years' weather
+RIDGE = 0.05  # of the days, on standardized inputs: a relation fitted on two years must hold on the third
 MIN_R2 = 0.15  # a relation must explain this share of a column's deviations to be judged
 
 
@@ -62,6 +64,31 @@ def _robust_lstsq(design: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
+SCALE_HARMONICS = 2
+SCALE_RANGE = 3.0  # a season's scale stays within 1/3..3 of the year's
+
+
+def fit_yearly_scale(deviation: np.ndarray, days: list[dt.date]) -> list[float] | None:
+    """Fourier coefficients of log(scale) by day of the year, from a signal's deviations (None on
+    under ``YEARLY_SCALE_MIN_DAYS`` of them): least squares on log(deviation^2), robustly, with a floor of a
+    quarter of the scale so that days at exactly their level do not weigh as minus infinity."""
+    ok = np.isfinite(deviation)
+    if ok.sum() < YEARLY_SCALE_MIN_DAYS:
+        return None
+    floor = 0.25 * robust_scale(deviation)
+    y = np.log(deviation[ok] ** 2 + floor ** 2)
+    basis = fourier(np.array(days, dtype="datetime64[D]")[ok], SCALE_HARMONICS)
+    coef = _robust_lstsq(np.hstack([np.ones((len(y), 1)), basis]), y)[1:] / 2
+    return [round(float(v), 8) for v in coef]
+
+
+def seasonal(coef: list[float] | None, days: np.ndarray) -> np.ndarray:
+    """The factor of a scale on each of ``days`` (datetime64[D]): 1 without a yearly scale."""
+    if coef is None:
+        return np.ones(len(days))
+    return np.clip(np.exp(fourier(days, len(coef) // 2) @ np.asarray(coef)), 1 / SCALE_RANGE, SCALE_RANGE)
+
+
 def robust_scale(x: np.ndarray) -> float:
     """1.4826 x MAD, at least half the sd (a share that is 0 or 1 on most days has a MAD near 0); never 0."""
     v = x[np.isfinite(x)]
@@ -85,12 +112,13 @@ def fit_relations(signals: dict[str, Signal], deviation: np.ndarray) -> dict[str
     hot day is warm: a column shifted by a day breaks that), where they explain at least ``MIN_R2``."""
     keys = list(signals)
     means = [i for i, k in enumerate(keys) if signals[k].measure == "mean" and signals[k].column != "label"]
-    if len(means) < 2:
+    shares = [i for i, k in enumerate(keys) if signals[k].measure.startswith("share=")]
+    if len(means) < 2 and not (means and shares):
         return {}
     both = np.hstack([deviation, lagged(deviation)])
     out = {}
     for i in means:
-        inputs = [j for j in means if j != i] + [len(keys) + j for j in means]
+        inputs = [j for j in means + shares if j != i] + [len(keys) + j for j in means + shares]
         rows = np.all(np.isfinite(both[:, [i, *inputs]]), axis=1)
         if rows.sum() < 60:
             continue
@@ -98,7 +126,7 @@ def fit_relations(signals: dict[str, Signal], deviation: np.ndarray) -> dict[str
         sd = X.std(axis=0)
         sd[sd == 0] = 1.0
         Z = X / sd
-        coef = np.linalg.solve(Z.T @ Z + 1e-2 * len(y) * np.eye(len(inputs)), Z.T @ y) / sd
+        coef = np.linalg.solve(Z.T @ Z + RIDGE * len(y) * np.eye(len(inputs)), Z.T @ y) / sd
         left = y - X @ coef
         if 1 - left.var() / max(y.var(), 1e-300) < MIN_R2:
             continue

@@ -18,6 +18,8 @@ def _natural(cal: Calibration, test) -> str:
     seasons = "+".join(n for n, v in (("weekly", sig.weekly), ("yearly", sig.yearly)) if v is not None)
     scale = f"daily sd {sig.scale:.4g}{' (log)' if sig.log else ''}" if test.kind == "deviation" else ""
     profile = f", {seasons} profile" if seasons and test.kind == "deviation" else ""
+    if sig.yearly_scale is not None and test.kind == "deviation":
+        profile += ", a scale by season"
     return f"median {test.median:.3g}, 90% {u:.3g}, tail {beta:.3g}{'; ' + scale if scale else ''}{profile}"
 
 
