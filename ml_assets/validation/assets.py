@@ -20,6 +20,24 @@ from ml_assets.validation.names import (
 from ml_assets.validation.publish import audit, publish
 
 
+def calibration_metadata(spec: ModelSpec) -> dict:
+    """The calibration's limits as a table on the asset's definition (the UI's asset page): per column
+    and test, the limit, the natural variability it came from and the history's days it blocks."""
+    from ml_assets.validation.report import calibration_rows
+
+    cal = spec.validation.calibration
+    if cal is None:
+        return {}
+    names = ("column", "measure", "test", "window", "limit", "natural", "blocked_days")
+    types = ("string", "string", "string", "int", "float", "string", "int")
+    table = dg.MetadataValue.table(
+        records=[dg.TableRecord({k: row[k] for k in names}) for row in calibration_rows(cal)],
+        schema=dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in zip(names, types, strict=True)]))
+    return {"calibration": f"{cal.version[:12]} ({cal.start}..{cal.end}, target rate {cal.target_rate:g}, "
+                           f"{cal.in_sample_rate:.2%} of the history's days blocked)",
+            "calibrated_limits": table}
+
+
 def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     wiring = ModelGraph(spec).wiring(Stage.VALIDATED_SNAPSHOT)
     key = wiring.key
@@ -34,6 +52,7 @@ def build_validated_snapshot(spec: ModelSpec) -> dg.AssetsDefinition:
     @dg.asset(
         key=key, deps=wiring.deps, group_name=spec.name, partitions_def=daily_partitions(spec),
         kinds={"pandera", "polars"},
+        metadata=calibration_metadata(spec),
         code_version=code_version(spec, ("schema", "validation", "partitioning"), __name__),
         check_specs=[dg.AssetCheckSpec(name, asset=key, blocking=blocking(spec, name), description=about[name]
                                        + ("" if blocking(spec, name) else " (severity warn: never blocks)"))

@@ -17,6 +17,7 @@ import pytest
 from ml_assets.ingest.sources import ROWS, read_day, read_range
 from ml_assets.settings import load_settings
 from ml_assets.spec import SpecError, load_spec
+from ml_assets.spec.loading import without_calibration
 from ml_assets.validation.calibrated import outcome
 from ml_assets.validation.check_results import check_metadata
 from ml_assets.validation.command import run_calibrate
@@ -151,6 +152,25 @@ def test_a_blocked_day_names_the_column_its_limit_and_what_it_was_compared_with(
     metadata = check_metadata(drift, "repo", "branch", "commit")
     assert "temp_max: mean" in metadata["summary"].value and metadata["failures"] >= 1
     assert seattle.validation.calibration.version[:12] in drift.observed["calibration"]
+
+
+def test_the_snapshot_asset_shows_the_calibrated_limits_per_column(seattle):
+    """The UI's asset page: the calibration's version, and a table of its limits per column and test."""
+    from ml_assets.validation.assets import build_validated_snapshot
+
+    cal = seattle.validation.calibration
+    spec = next(iter(build_validated_snapshot(seattle).specs))
+    assert cal.version[:12] in str(spec.metadata["calibration"])
+    table = spec.metadata["calibrated_limits"]
+    assert len(table.records) == len(cal.tests)
+    by_test = {(r.data["column"], r.data["measure"], r.data["test"], r.data["window"]): r.data for r in table.records}
+    test = next(t for t in cal.tests if t.signal == "temp_max:mean" and t.kind == "deviation" and t.window == 1)
+    row = by_test[("temp_max", "mean", "deviation", 1)]
+    assert row["limit"] == test.limit and row["blocked_days"] == len(test.blocked)
+    assert f"daily sd {cal.signals['temp_max:mean'].scale:.4g}" in row["natural"]
+    with without_calibration():
+        uncalibrated = load_spec(EXAMPLES / "seattle_rain.yaml")
+    assert "calibrated_limits" not in next(iter(build_validated_snapshot(uncalibrated).specs)).metadata
 
 
 def test_a_day_without_enough_history_is_not_judged_and_says_so(seattle):
