@@ -25,7 +25,13 @@ from ml_assets.validation.gate import RELATION_LEVEL_DAYS, Gate
 from ml_assets.validation.judged import NUMERIC, judged_columns
 from ml_assets.validation.label_drift import DAY, binary_labels
 from ml_assets.validation.label_fit import fit_label_model
-from ml_assets.validation.profiles import fit_profile, fit_relations, fit_yearly_scale, robust_scale, seasonal
+from ml_assets.validation.profiles import (
+    fit_profile,
+    fit_relations,
+    fit_yearly_scale,
+    robust_scale,
+    seasonal,
+)
 from ml_assets.validation.signals import SPREAD_MIN_ROWS, Daily, daily, profile, signal_key
 
 LEVEL_DAYS = 28
