@@ -178,7 +178,29 @@ def run_series(series: Series, count: int, kinds: tuple[str, ...]) -> tuple[floa
             found.append({"series": series.spec, "kind": kind, "start": start, "hit": hit})
         delays = [f"{h[0]}d ({h[1]})" if h else "missed" for h in results]
         print(f"  {kind:<20} {', '.join(delays)}")
+        if kind == "level_drop_30" and None in results:
+            print("    " + drop_size(spec, rows, series, [s for s, h in zip(starts(series, count), results, strict=True)
+                                                            if h is None]))
     return rate, found
+
+
+def drop_size(spec: ModelSpec, rows: pl.DataFrame, series: Series, missed: list[dt.date]) -> str:
+    """How large the missed drops are against the column's natural variability: the shift of its daily
+    mean (in the calibration's units: log where the signal is) in its daily sd, beside the limits of
+    its level tests in the same sd."""
+    cal = spec.validation.calibration
+    key = f"{series.column}:mean"
+    sig = cal.signals[key]
+    shifts = []
+    for start in missed:
+        window = rows.filter(pl.col(DAY).is_between(start, start + dt.timedelta(days=HORIZON)))[series.column]
+        dropped = window.to_frame().select(series.drop(pl.col(series.column)))[series.column]
+        before, after = (np.log(np.clip(v.to_numpy(), 1e-12, None)) if sig.log else v.to_numpy()
+                         for v in (window, dropped))
+        shifts.append(abs(float(np.nanmean(after - before))) / sig.scale)
+    limits = ", ".join(f"{t.limit:.1f} ({t.window} days)" for t in cal.tests if t.signal == key and t.kind == "level")
+    return (f"missed drops: {series.column}'s daily mean moves by {statistics.median(shifts):.1f} of its daily sd "
+            f"(median of {len(shifts)}); its level tests block at a median day {limits} sd off its recent level")
 
 
 def main() -> None:
