@@ -196,11 +196,12 @@ def _relation_scales(draft: Calibration, data: Daily) -> dict[str, tuple[float, 
     for t in range(len(errors)):
         level[t] = gate.levels(errors, published, t, [1], RELATION_LEVEL_DAYS)[1]
     related = [k for k in gate.keys if draft.signals[k].relation]
+    when = np.array(data.days, dtype="datetime64[D]")
     out = {}
     for i, k in enumerate(related):
         left = errors[:, i] - level[:, i]
         yearly = fit_yearly_scale(left, data.days) if draft.signals[k].yearly is not None else None
-        out[k] = (robust_scale(left / seasonal(yearly, np.array(data.days, dtype="datetime64[D]"))), yearly)
+        out[k] = (robust_scale(left / seasonal(yearly, when)), yearly)
     return out
 
 

@@ -97,7 +97,6 @@ class Gate:
         own = ("deviation", "level", "dispersion")
         self.windows = sorted({t.window for t in cal.tests if t.kind in own} | {1})
         self.rel_windows = sorted({t.window for t in cal.tests if t.kind in ("relation", "coupling")})
-        self.align_windows = sorted({t.window for t in cal.tests if t.kind == "alignment"})
         self.common = {self.index[k]: set(s.common) for k, s in cal.signals.items() if s.measure == "run"}
         related = [k for k in self.keys if cal.signals[k].relation]
         self.rel_pos = {self.index[k]: i for i, k in enumerate(related)}
@@ -127,9 +126,9 @@ class Gate:
         return np.where(missing > 0, np.nan, values)
 
     def misaligned(self, resid: np.ndarray) -> np.ndarray:
-        """Per day and relation, the relation's error as the column is, were it a day late (its value is
-        the day before's) and were it a day early, unscaled: (3, days, relations), NaN where an input is
-        missing."""
+        """Per day and relation, the relation's error were the column a day late (its value is the day
+        before's) and were it a day early, unscaled: (2, days, relations), NaN where an input is
+        missing. The error as the column is, is ``errors``."""
         n, rel = len(self.keys), self.rel_index
         if not len(rel):
             return np.zeros((2, len(resid), 0))
@@ -144,10 +143,9 @@ class Gate:
             value = np.nan_to_num(today) @ same.T + np.nan_to_num(yesterday) @ lag.T + own_before * own
             return np.where(missing > 0, np.nan, value)
 
-        aligned = resid[:, rel] - predict(resid, before, before[:, rel])
         late = resid[:, rel] - predict(before, two, before[:, rel])  # the column's day t is truly t-1
         early = before[:, rel] - predict(resid, before, two[:, rel])  # its day t-1 is truly t
-        return np.stack([aligned, late, early])
+        return np.stack([late, early])
 
     def run(self, data: Daily, published: np.ndarray, judge_from: int = 0,
             decide: Callable[[int, np.ndarray], bool] | None = None) -> Iterator[tuple[int, np.ndarray]]:
@@ -237,8 +235,10 @@ class Gate:
                     stats[rows] = _pooled(kind_, (errors[window][:, sigs] - rel_levels[w][sigs]) / scales[1][window][:, sigs],
                                           w)
                 elif kind == "alignment":  # the better of the two shifts, over the window
-                    e = (shifted[:, window][:, :, sigs] / scales[1][window][:, sigs]) ** 2
-                    stats[rows] = np.fmax(_pooled("mean", e[0] - e[1], w), _pooled("mean", e[0] - e[2], w))
+                    scale = scales[1][window][:, sigs]
+                    aligned = (errors[window][:, sigs] / scale) ** 2
+                    e = (shifted[:, window][:, :, sigs] / scale) ** 2
+                    stats[rows] = np.fmax(_pooled("mean", aligned - e[0], w), _pooled("mean", aligned - e[1], w))
                 elif kind == "share":
                     stats[rows] = self._shares(data, window, sigs, state, unseen, t)
                 else:
