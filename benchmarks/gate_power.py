@@ -35,6 +35,7 @@ from ml_assets.ingest.sources import read_range
 from ml_assets.spec import ModelSpec, load_spec
 from ml_assets.spec.loading import without_calibration
 from ml_assets.validation.calibrate import calibrate, check_range
+from ml_assets.validation.judged import NUMERIC, judged_columns
 from ml_assets.validation.names import KEYS, NULLS, RANGES, SCHEMA
 from ml_assets.validation.replay import replay
 
@@ -178,6 +179,8 @@ def run_series(series: Series, count: int, kinds: tuple[str, ...]) -> tuple[floa
             found.append({"series": series.spec, "kind": kind, "start": start, "hit": hit})
         delays = [f"{h[0]}d ({h[1]})" if h else "missed" for h in results]
         print(f"  {kind:<20} {', '.join(delays)}")
+        if kind == "shifted_one_day" and None in results:
+            print("    " + shift_size(spec, rows, series))
         if kind == "level_drop_30" and None in results:
             print("    " + drop_size(spec, rows, series, [s for s, h in zip(starts(series, count), results, strict=True)
                                                             if h is None]))
@@ -201,6 +204,29 @@ def drop_size(spec: ModelSpec, rows: pl.DataFrame, series: Series, missed: list[
     limits = ", ".join(f"{t.limit:.1f} ({t.window} days)" for t in cal.tests if t.signal == key and t.kind == "level")
     return (f"missed drops: {series.column}'s daily mean moves by {statistics.median(shifts):.1f} of its daily sd "
             f"(median of {len(shifts)}); its level tests block at a median day {limits} sd off its recent level")
+
+
+def shift_size(spec: ModelSpec, rows: pl.DataFrame, series: Series) -> str:
+    """How much a shift of the column changes its tie with each other numeric column on the held-out
+    days: the correlation of their daily anomalies (less a centred 31-day mean) on the same day, and
+    with the column's day before (what a column shifted a day late shows)."""
+    numeric = [c for c, t in judged_columns(spec).items() if t in NUMERIC and c != series.column]
+    held = (rows.filter(pl.col(DAY).is_between(*series.holdout)).group_by(DAY)
+            .agg(pl.col(c).cast(pl.Float64).mean() for c in [series.column, *numeric]).sort(DAY))
+
+    def anomaly(c: str) -> np.ndarray:
+        x = held[c].cast(pl.Float64)
+        return (x - x.rolling_mean(31, center=True)).to_numpy()
+
+    def corr(a: np.ndarray, b: np.ndarray) -> float:
+        ok = np.isfinite(a) & np.isfinite(b)
+        return float(np.corrcoef(a[ok], b[ok])[0, 1])
+
+    own = anomaly(series.column)
+    ties = ", ".join(f"{c} {corr(own[1:], anomaly(c)[1:]):+.2f} / {corr(own[:-1], anomaly(c)[1:]):+.2f}"
+                     for c in numeric)
+    return (f"missed shifts: {series.column}'s anomaly against each other numeric column's, on its own day / "
+            f"a day late: {ties or 'no other numeric column'}")
 
 
 def main() -> None:

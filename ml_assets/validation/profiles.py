@@ -106,10 +106,30 @@ def lagged(values: np.ndarray) -> np.ndarray:
     return np.vstack([np.full((1, values.shape[1]), np.nan), values[:-1]])
 
 
+def _ridge(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    sd = X.std(axis=0)
+    sd[sd == 0] = 1.0
+    Z = X / sd
+    return np.linalg.solve(Z.T @ Z + RIDGE * len(y) * np.eye(X.shape[1]), Z.T @ y) / sd
+
+
+def held_out_r2(X: np.ndarray, y: np.ndarray) -> float:
+    """The share of ``y``'s variance a relation explains on the half of the history it was not fitted
+    on (rows in time order; each half predicted from the other)."""
+    half = len(y) // 2
+    folds = ((slice(0, half), slice(half, None)), (slice(half, None), slice(0, half)))
+    err = np.concatenate([y[test] - X[test] @ _ridge(X[fit], y[fit]) for fit, test in folds])
+    spread = np.concatenate([y[test] - y[fit].mean() for fit, test in folds])
+    return 1 - float(err @ err) / max(float(spread @ spread), 1e-300)
+
+
 def fit_relations(signals: dict[str, Signal], deviation: np.ndarray) -> dict[str, dict[str, float]]:
     """For each numeric column's mean: ridge coefficients predicting its daily deviation from the other
     numeric columns' on the same day and the day before, and its own the day before (the night after a
-    hot day is warm: a column shifted by a day breaks that), where they explain at least ``MIN_R2``."""
+    hot day is warm: a column shifted by a day breaks that), where they explain at least ``MIN_R2`` of
+    it on the half of the history they were not fitted on. The categories' shares are inputs only where
+    they explain more there: a category whose meaning changed within the history (a weather label that
+    stopped saying "rain") would make the relation wrong on both sides of the change."""
     keys = list(signals)
     means = [i for i, k in enumerate(keys) if signals[k].measure == "mean" and signals[k].column != "label"]
     shares = [i for i, k in enumerate(keys) if signals[k].measure.startswith("share=")]
@@ -118,18 +138,20 @@ def fit_relations(signals: dict[str, Signal], deviation: np.ndarray) -> dict[str
     both = np.hstack([deviation, lagged(deviation)])
     out = {}
     for i in means:
-        inputs = [j for j in means + shares if j != i] + [len(keys) + j for j in means + shares]
+        best: tuple[float, list[int]] | None = None
+        for pool in ([j for j in means if j != i], [j for j in means + shares if j != i]):
+            inputs = pool + [len(keys) + j for j in means + shares if j in pool or j == i]
+            rows = np.all(np.isfinite(both[:, [i, *inputs]]), axis=1)
+            if rows.sum() < 60 or not pool:
+                continue
+            r2 = held_out_r2(both[rows][:, inputs], both[rows, i])
+            if best is None or r2 > best[0]:
+                best = (r2, inputs)
+        if best is None or best[0] < MIN_R2:
+            continue
+        inputs = best[1]
         rows = np.all(np.isfinite(both[:, [i, *inputs]]), axis=1)
-        if rows.sum() < 60:
-            continue
-        X, y = both[rows][:, inputs], both[rows, i]
-        sd = X.std(axis=0)
-        sd[sd == 0] = 1.0
-        Z = X / sd
-        coef = np.linalg.solve(Z.T @ Z + RIDGE * len(y) * np.eye(len(inputs)), Z.T @ y) / sd
-        left = y - X @ coef
-        if 1 - left.var() / max(y.var(), 1e-300) < MIN_R2:
-            continue
+        coef = _ridge(both[rows][:, inputs], both[rows, i])
         out[keys[i]] = {(keys[j] if j < len(keys) else keys[j - len(keys)] + LAG): round(float(c), 8)
                         for j, c in zip(inputs, coef, strict=True)}
     return out
