@@ -137,10 +137,10 @@ def worker(arm: str) -> None:
                 failed(result, f"ingesting {day}")
         return {"ingested": len(days)}
 
-    def only_the_gate(result) -> bool:
-        failures = [e for e in result.all_events if e.is_step_failure]
-        return bool(failures) and all(e.step_key == gate_step and "promotion_gate" in (
-            e.step_failure_data.error.message if e.step_failure_data.error else "") for e in failures)
+    def refused(result) -> bool:
+        """The gate refused the candidate: evaluated, not registered (the run itself succeeds)."""
+        return bool(result.asset_materializations_for_node(gate_step)) and not \
+            result.asset_materializations_for_node(node[Stage.REGISTERED_MODEL])
 
     def step_seconds(run_id: str, step_key: str) -> float:
         """The step's wall time in the run (its plan, the torchrun agent and the ranks, its record)."""
@@ -152,9 +152,9 @@ def worker(arm: str) -> None:
         started = time.perf_counter()
         result = daily.execute_in_process(partition_key=day, instance=instance, raise_on_error=False)
         run_wall = time.perf_counter() - started
-        if not result.success and not only_the_gate(result):
+        if not result.success:
             failed(result, f"of partition {day}")
-        out: dict = {"day": day, "run_wall": run_wall, "gate_blocked": not result.success,
+        out: dict = {"day": day, "run_wall": run_wall, "gate_blocked": refused(result),
                      "step_wall": step_seconds(result.run_id, node[Stage.TRAINED_CHECKPOINT])}
         ckpt = result.asset_materializations_for_node(node[Stage.TRAINED_CHECKPOINT])
         if ckpt:

@@ -1,7 +1,7 @@
 """What ``ml-assets audit`` and ``ml-assets reproduce`` read and check: a registered version's
 lineage, how it was trained (full, or fine-tuned along a chain back to a full training), its
-evaluation evidence, the checks each of its data days passed, its promotion history
-and the pins that rebuild it."""
+evaluation evidence, the checks each of its data days passed, its promotion history, the
+candidates the promotion gate refused, and the pins that rebuild it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from typing import Any
 
 from ml_assets import lineage as lin
 from ml_assets.evaluation.document import EvaluationReport
-from ml_assets.layout import META_FILE, MLFLOW_EVALUATION, WEIGHTS_FILE, weights_file
+from ml_assets.evaluation.refusals import SHOWN, line, refusals
+from ml_assets.layout import META_FILE, MLFLOW_EVALUATION, WEIGHTS_FILE, Layout, weights_file
 from ml_assets.names import repo_for_model
 from ml_assets.processes import child_env
 from ml_assets.promotion import moves as promotion
@@ -59,6 +60,8 @@ def collect(client, store, model: str, version: str | None, object_paths=None) -
                       for d in chain.get("days", [])],
         "promotions": [r for r in records if chain["version"] in (r["version"], r["previous"])],
         "promotion_log": f"{repo_for_model(model)}@main:{promotion.log_path(model)}",
+        "refused": refusals(store, model),
+        "refusals_log": refusals_log(model),
         "pins": {
             "data_commit": tags.data_commit, "data_commits": tags.data_commits, "skipped_days": tags.skipped_days,
             "code_version": tags.code_version, "torch_version": tags.torch_version,
@@ -193,12 +196,7 @@ def render_markdown(a: dict[str, Any]) -> str:
     skipped = pins["skipped_days"]
     out += ["", f"Days skipped (training.missing_days: skip): {len(skipped)}"]
     out += [f"- {day}: {why}" for day, why in sorted(skipped.items())]
-    out += ["", f"## Promotions ({a['promotion_log']})", ""]
-    if not a["promotions"]:
-        out.append("never promoted")
-    for r in a["promotions"]:
-        out.append(f"- {r['time']} {r['decision']} version {r['version']} (previous {r['previous']}) by "
-                   f"{r['actor']}: {r['reason']}")
+    out += _history(a)
     cfg = pins["training_config"] or {}
     out += ["", "## Reproducibility pins", "",
             f"- data commit (newest training day): {pins['data_commit']}",
@@ -215,6 +213,31 @@ def render_markdown(a: dict[str, Any]) -> str:
             f"hashes verified, {a['mismatches']} mismatch(es)"]
     out += [f"- {c['status']}: {c['what']}" for c in a["lineage_checks"] if c["status"] != "ok"]
     return "\n".join(out)
+
+
+def _history(a: dict[str, Any]) -> list[str]:
+    """The audit's promotions of this version, then the model's refused candidates."""
+    out = ["", f"## Promotions ({a['promotion_log']})", ""]
+    if not a["promotions"]:
+        out.append("never promoted")
+    for r in a["promotions"]:
+        out.append(f"- {r['time']} {r['decision']} version {r['version']} (previous {r['previous']}) by "
+                   f"{r['actor']}: {r['reason']}")
+    return [*out, "", *render_refusals(a["refused"], a["refusals_log"])]
+
+
+def refusals_log(model: str) -> str:
+    return f"{repo_for_model(model)}@main:{Layout(model).refusals_log}"
+
+
+def render_refusals(refused: list[dict[str, Any]], log: str) -> list[str]:
+    """The model's refused candidates, newest last: each one's metric, its champion and why."""
+    out = [f"## Refused candidates ({len(refused)}; {log})", ""]
+    if not refused:
+        return [*out, "none"]
+    if len(refused) > SHOWN:
+        out.append(f"the newest {SHOWN} (`--format json` lists them all):")
+    return out + [f"- {line(r)}" for r in refused[-SHOWN:]]
 
 
 def _train(config: Path, world: int) -> tuple[list[str], subprocess.CompletedProcess]:

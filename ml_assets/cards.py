@@ -34,10 +34,13 @@ PLOTS = ("roc.png", "precision_recall.png", "calibration.png", "confusion_matrix
 """The evaluation's plots a card shows, in this order, where the task has them."""
 
 
-def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> dict[str, Any]:
+def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]],
+            refused: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Everything a card shows of one version (``report``: its EvaluationReport, None without one). ``promotions``: the promotion log's records
-    (ml_assets.promotion.moves.history); those naming this version are kept."""
+    (ml_assets.promotion.moves.history); those naming this version are kept. ``refused``: the refused
+    candidates (ml_assets.evaluation.refusals); the newest held against this version are kept."""
     from ml_assets.audit import training_chain
+    from ml_assets.evaluation.refusals import SHOWN
     from ml_assets.registry import versions as registry
 
     mv = registry.get_version(client, spec.name, version)
@@ -65,6 +68,7 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
                  "code_version": tags.code_version, "torch_version": tags.torch_version,
                  "model_code_sha256": tags.model_code_sha256, "dagster_run_url": tags.dagster_run_url},
         "promotions": [r for r in promotions if str(version) in (str(r.get("version")), str(r.get("previous")))],
+        "refused": [r for r in refused if str(r.get("champion_version")) == str(mv.version)][-SHOWN:],
     }
 
 
@@ -175,6 +179,11 @@ def render_markdown(card: dict[str, Any]) -> str:
     out += ["", "History:" if card["promotions"] else "Never promoted."]
     out += [f"- {r.get('time', '')}: {r.get('decision', r.get('action'))}, version {r.get('version')} over "
             f"{r.get('previous') or 'none'}, by {r.get('actor')}: {r.get('reason')}" for r in card["promotions"]]
+    if card.get("refused"):
+        from ml_assets.evaluation.refusals import line
+
+        out += ["", f"Candidates refused while this version was champion (the newest {len(card['refused'])}):"]
+        out += [f"- {line(r)}" for r in card["refused"]]
     out += ["", "## Limits the evaluation found", "", *[f"- {x}" for x in limits(card)]]
     out += ["", "## Reproduce and trace", "",
             f"- weights sha256 `{pins['weights_sha256']}`; feature state sha256 `{pins['feature_state_sha256']}`",
@@ -249,19 +258,21 @@ def plots(client, run_id: str | None) -> dict[str, bytes]:
     return found
 
 
-def build(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> tuple[str, str]:
+def build(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]],
+          refused: list[dict[str, Any]] = ()) -> tuple[str, str]:
     """The card of ``version`` as (markdown, html)."""
-    card = collect(client, spec, version, promotions)
+    card = collect(client, spec, version, promotions, refused)
     text = render_markdown(card)
     return text, render_html(card, text, plots(client, card["mlflow_run_id"]))
 
 
-def publish(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]]) -> str:
+def publish(client, spec: ModelSpec, version: str, promotions: list[dict[str, Any]],
+            refused: list[dict[str, Any]] = ()) -> str:
     """Build the card and log it to the version's MLflow run (``card/``); returns the markdown. A
     version registered by hand without a run gets no logged card (``ml-assets card`` still builds it)."""
     from ml_assets.registry import versions as registry
 
-    text, page = build(client, spec, version, promotions)
+    text, page = build(client, spec, version, promotions, refused)
     run_id = registry.get_version(client, spec.name, version).run_id
     if not run_id:
         return text

@@ -14,6 +14,8 @@
     ml-assets card MODEL [--version N] [--format md|html] [--output FILE]
                                                                 the version's model card, from its records
     ml-assets reproduce MODEL --version N [--registered-code] [--chain]    retrain from the records; compare weights
+    ml-assets status [MODEL] [--format table|json]              each champion's age, the last decision and refusal,
+                                                                days since a full training, 7 days' compute
     ml-assets usage [--team T] [--model M] [--since DAY] [--format table|json]
                                                                 what each team spent: trainings, trials, scoring
     ml-assets paths                                             where the local home keeps everything
@@ -41,6 +43,7 @@ from ml_assets import cli_project
 from ml_assets.cli_project import refuse
 from ml_assets.deploy import mlflow_users
 from ml_assets.project import ProjectError
+from ml_assets.promotion import status_command
 from ml_assets.runs import prepare_home
 from ml_assets.settings import Settings, SettingsError, load_settings
 from ml_assets.usage import command as usage_command
@@ -163,6 +166,7 @@ def audit(model: str, version: str | None, fmt: str) -> int:
 
     from ml_assets import audit as aud
     from ml_assets import lineage as lin
+    from ml_assets.evaluation.refusals import refusals
     from ml_assets.names import InvalidName
     from ml_assets.registry import versions as registry
 
@@ -170,7 +174,14 @@ def audit(model: str, version: str | None, fmt: str) -> int:
     try:
         found = aud.collect(_client(settings), version_store(settings), model, version,
                             _object_paths(settings, model))
-    except (lin.LineageError, registry.RegistryError, InvalidName) as exc:
+    except (lin.LineageError, registry.RegistryError) as exc:
+        # A model whose every candidate was refused has no version to audit, but its refusals are
+        # still the record an auditor needs.
+        refused = refusals(version_store(settings), model)
+        if refused:
+            print("\n".join(aud.render_refusals(refused, aud.refusals_log(model))))
+        return refuse("audit", str(exc) + (f"; {len(refused)} candidate(s) refused, listed above" if refused else ""))
+    except InvalidName as exc:
         return refuse("audit", str(exc))
     print(json.dumps(found, indent=1, default=str) if fmt == "json" else aud.render_markdown(found))
     return 1 if found["mismatches"] else 0
@@ -179,6 +190,7 @@ def audit(model: str, version: str | None, fmt: str) -> int:
 def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
     """Print (or write) a version's model card, built from its records now; 2 on a bad model or version."""
     from ml_assets import cards
+    from ml_assets.evaluation.refusals import refusals
     from ml_assets.model_files import load_declared_spec
     from ml_assets.names import InvalidName, check_model_name
     from ml_assets.promotion import moves as promotion
@@ -195,7 +207,8 @@ def card(model: str, version: str | None, fmt: str, output: str | None) -> int:
             if found is None:
                 return refuse("card", f"model {model!r} has no @champion or @challenger: give --version")
             version = str(found.version)
-        text, page = cards.build(client, spec, version, promotion.history(version_store(settings), model))
+        store = version_store(settings)
+        text, page = cards.build(client, spec, version, promotion.history(store, model), refusals(store, model))
     except (registry.RegistryError, InvalidName, SpecError) as exc:
         return refuse("card", str(exc))
     content = page if fmt == "html" else text
@@ -286,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     crd.add_argument("--output", metavar="FILE", help="write it to FILE instead of printing it")
     _reproduce_parser(sub)
     usage_command.add_parser(sub)
+    status_command.add_parser(sub)
     cli_project.add_parsers(sub)
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
     server.add_argument("--host", default="127.0.0.1")
@@ -325,6 +339,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         sys.exit(demo(args.model, args.day))
     if args.command == "usage":
         sys.exit(usage_command.usage(args.team, args.model, args.since, args.format))
+    if args.command == "status":
+        sys.exit(status_command.status(args.model, args.format, _client, version_store))
     if args.command == "lineage":
         sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json, args.predictions))
     sys.exit(cli_project.dispatch(args))

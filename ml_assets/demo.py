@@ -59,9 +59,9 @@ def demo(model: str, day: str | None) -> int:
     result = job.execute_in_process(partition_key=target.isoformat(), instance=instance, run_config=LOG_INFO,
                                     raise_on_error=False)
     if not result.success:
-        if _only_the_gate(result, spec):
-            return _gate_blocked(instance, spec, target, settings)
         return report_failure(result, f"for {target}", "ml-assets demo")
+    if _refused(result, spec):
+        return _gate_blocked(instance, spec, target, settings)
     _say(f"promotion: one tick of {graph.promotion_sensor} (what the Dagster daemon runs every minute)")
     status = promote_by_sensor(instance, spec, defs)
     if status:
@@ -92,12 +92,13 @@ def promote_by_sensor(instance, spec, defs) -> int:
     return 0
 
 
-def _only_the_gate(result, spec) -> bool:
-    """The run stopped where it should when a candidate is not good enough: at the promotion gate."""
-    failures = [event for event in result.all_events if event.is_step_failure]
-    return {event.step_key for event in failures} == {f"{spec.name}__evaluation_report"} and all(
-        "DagsterAssetCheckFailedError" in (event.step_failure_data.error.cls_name or "")
-        and "promotion_gate" in event.step_failure_data.error.message for event in failures)
+def _refused(result, spec) -> bool:
+    """The run evaluated a candidate and registered none: the promotion gate refused it (an outcome,
+    and the run succeeded)."""
+    from ml_assets.pipeline.graph import Stage, stage_key
+
+    made = {event.asset_key for event in result.get_asset_materialization_events()}
+    return stage_key(spec.name, Stage.EVALUATION_REPORT) in made and stage_key(spec.name, Stage.REGISTERED_MODEL) not in made
 
 
 def _gate_blocked(instance, spec, target: dt.date, settings: Settings) -> int:
@@ -107,10 +108,10 @@ def _gate_blocked(instance, spec, target: dt.date, settings: Settings) -> int:
 
     report = ModelGraph(spec).latest(instance, EvaluationRecord, target.isoformat())
     metrics = "  ".join(f"{m} {report.metrics[m]:.4f}" for m in spec.evaluation.metrics)
-    _say(f"the promotion gate stopped {spec.name} for {target}: evaluated, not registered")
+    _say(f"the promotion gate refused {spec.name}'s candidate for {target}: evaluated, not registered")
     print(f"""
     test metrics       {metrics}   on {report.test_rows} held-out rows
-    promotion gate     FAILED: {report.gate_reason}
+    promotion gate     refused: {report.gate_reason}
 
     The evaluation report (metrics, intervals, slices, the champion's and baselines' figures) is the
     {spec.name}/evaluation_report asset: {Hints.of(settings).dagster_ui}, then Assets -> {spec.name}.
@@ -144,7 +145,7 @@ def _summary(instance, spec, target: dt.date, settings: Settings, seconds: float
                        (training days' commits are in the version's 'data_commits' tag)
     test metrics       {metrics}   on {tested}: {report.test_rows} held-out rows
     best baseline      {baseline}   ({best['description'] if best else ''})
-    promotion gate     {'passed' if report.gate_passed else 'FAILED'}: {report.gate_reason[:150]}
+    promotion gate     {'accepted' if report.gate_passed else 'refused'}: {report.gate_reason[:150]}
     @champion          {champion}
     MLflow run         {registered.mlflow_run_id}
 

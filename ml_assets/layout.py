@@ -85,6 +85,10 @@ class Layout:
     def promotions_log(self) -> str:
         return f"promotions/{self.model}.jsonl"
 
+    @property
+    def refusals_log(self) -> str:
+        return f"promotions/{self.model}.refused.jsonl"
+
     # The artifact store (content-addressed under these prefixes).
     def features_prefix(self, day: dt.date | str) -> str:
         return f"{self.model}/features/date={_iso(day)}"

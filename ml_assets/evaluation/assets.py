@@ -1,10 +1,16 @@
-"""The evaluation_report asset and its blocking promotion gate."""
+"""The evaluation_report asset and its promotion gate (a check: a refusal warns and stops
+registration; an evaluation that errors fails)."""
 
 import dagster as dg
 
 from ml_assets.code_version import code_version
 from ml_assets.pipeline.graph import ModelGraph, Stage, daily_partitions
-from ml_assets.resources import ArtifactStoreResource, DagsterLinksResource, MlflowTrackingResource
+from ml_assets.resources import (
+    ArtifactStoreResource,
+    DagsterLinksResource,
+    MlflowTrackingResource,
+    VersionStoreResource,
+)
 from ml_assets.spec import ModelSpec
 from ml_assets.step import step
 from ml_assets.training.inputs import feature_window
@@ -28,13 +34,16 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
             description=(f"The promotion policy: {policy.primary_metric} at least {policy.min_improvement:+} over the "
                          f"champion on the same rows, no slice worse by more than {policy.max_slice_regression}, "
                          f"calibration error up by at most {policy.max_calibration_worsening}; a first model must "
-                         f"reach {dict(policy.floors) or 'no floors'}. Failing stops registration."))],
+                         f"reach {dict(policy.floors) or 'no floors'}. A candidate that misses is refused: this "
+                         "check warns with the reason, the refusal is logged, nothing is registered and the "
+                         "run succeeds."))],
         description=(f"{spec.name} evaluated on the {tests} day(s) ending with the partition's own (held out in "
                      "time), next to the champion on the same rows: metrics, intervals, slices, plots in MLflow, "
                      "and the promotion gate."),
     )
     def evaluation_report(context: dg.AssetExecutionContext, artifacts: ArtifactStoreResource,
-                          tracking: MlflowTrackingResource, links: DagsterLinksResource) -> dg.MaterializeResult:
+                          tracking: MlflowTrackingResource, links: DagsterLinksResource,
+                          version_store: VersionStoreResource) -> dg.MaterializeResult:
         # torch, scikit-learn and matplotlib are imported when an evaluation runs, not when definitions load.
         import datetime as dt
 
@@ -53,16 +62,38 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
         except rep.EvaluationError as exc:
             raise run.failure(exc) from None
         record = store_evaluation(run, report, predictions, ckpt.result.checkpoint_sha256, artifacts, tracking)
-        gate = report.gate
         context.log.info(f"evaluation_report {run.partition}: " + rep.one_line(report))
-        (context.log.info if gate.passed else context.log.error)(
-            f"{GATE} {'passed' if gate.passed else 'FAILED'} for {run.where}: {gate.reason}")
-        return dg.MaterializeResult(metadata=record.to_metadata(), check_results=[dg.AssetCheckResult(
-            check_name=GATE, passed=gate.passed, severity=dg.AssetCheckSeverity.ERROR,
-            description=f"{run.where}: {gate.reason}",
-            metadata={"decision": gate.kind, "reason": gate.reason,
-                      "champion_version": record.champion_version or dg.MetadataValue.null(),
-                      "clauses": dg.MetadataValue.json([c.to_dict() for c in gate.clauses]),
-                      "policy": dg.MetadataValue.json(policy.model_dump(mode="json"))})])
+        if not report.gate.passed:
+            _refused(spec, run.partition, record, report.gate, ckpt.decision.get("kind", ""), context.run_id,
+                     version_store.get_store(), tracking.client())
+        return _result(record, report.gate, run.where, policy, context.log)
 
     return evaluation_report
+
+
+def _refused(spec: ModelSpec, partition: str, record, gate, trained: str, run_id: str, store, client) -> None:
+    """Log the refusal on main and tell it in the champion's model card, whose history lists the
+    candidates refused against it."""
+    from ml_assets import cards
+    from ml_assets.evaluation.refusals import log_refusal, refusal, refusals
+    from ml_assets.promotion.moves import history
+
+    log_refusal(store, refusal(spec.name, partition, record, [c.to_dict() for c in gate.clauses], trained, run_id))
+    if record.champion_version:
+        cards.publish(client, spec, record.champion_version, history(store, spec.name), refusals(store, spec.name))
+
+
+def _result(record, gate, where: str, policy, log) -> dg.MaterializeResult:
+    """The asset's materialization and its gate's check. A refusal is an outcome of a healthy
+    evaluation: the check fails with WARN severity (shown, not blocking, no red run) and
+    registered_model, seeing the refusal, materializes nothing."""
+    verdict = "accepted" if gate.passed else "refused"
+    log.info(f"{GATE}: {verdict} for {where}: {gate.reason}")
+    return dg.MaterializeResult(metadata={**record.to_metadata(), "verdict": verdict}, check_results=[dg.AssetCheckResult(
+        check_name=GATE, passed=gate.passed,
+        severity=dg.AssetCheckSeverity.ERROR if gate.passed else dg.AssetCheckSeverity.WARN,
+        description=f"{verdict}: {where}: {gate.reason}",
+        metadata={"verdict": verdict, "decision": gate.kind, "reason": gate.reason,
+                  "champion_version": record.champion_version or dg.MetadataValue.null(),
+                  "clauses": dg.MetadataValue.json([c.to_dict() for c in gate.clauses]),
+                  "policy": dg.MetadataValue.json(policy.model_dump(mode="json"))})])

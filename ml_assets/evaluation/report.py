@@ -164,7 +164,7 @@ def evaluate(spec: ModelSpec, day: str, ckpt: CheckpointRecord, tests: list[Data
     predictions = Predictions(y, {"this model": pred})
     report = _champion(spec, report, predictions, client, frame, slices)
     report = dataclasses.replace(report, rival=score_rival(spec, report, predictions.by_model, client, frame, y))
-    return dataclasses.replace(report, gate=decide(spec.promotion, report).as_gate()), predictions
+    return dataclasses.replace(report, gate=decide(spec.promotion, report, ckpt.decision).as_gate()), predictions
 
 
 def _champion(spec, report: EvaluationReport, predictions: Predictions, client, frame, slices) -> EvaluationReport:

@@ -74,7 +74,7 @@ def summary_markdown(spec: ModelSpec, report: EvaluationReport, plot_urls: dict[
     if report.per_class:
         lines += ["", "| class | share of rows | precision | recall |", "|---|---|---|---|",
                   *[f"| {c.name} | {c.rate:.3f} | {c.precision:.4f} | {c.recall:.4f} |" for c in report.per_class]]
-    lines += ["", f"**Promotion gate: {'passed' if gate.passed else 'FAILED'}** ({gate.kind}): {gate.reason}"]
+    lines += ["", f"**Promotion gate: {'accepted' if gate.passed else 'refused'}** ({gate.kind}): {gate.reason}"]
     judged = [s for s in report.slices if s.metric is not None]
     if judged:
         lines += ["", f"Slices ({len(judged)} of {len(report.slices)} with at least "

@@ -31,7 +31,10 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
         tracking: MlflowTrackingResource, version_store: VersionStoreResource,
     ) -> dg.MaterializeResult:
         from ml_assets import cards
+        from ml_assets.evaluation.refusals import refusals
         from ml_assets.promotion import moves as promotion
+        from ml_assets.promotion.freshness import freshness
+        from ml_assets.promotion.freshness import to_metadata as freshness_metadata
 
         actor = config.actor or f"dagster run {context.run_id}"
         try:
@@ -43,12 +46,14 @@ def build_production_model(spec: ModelSpec) -> dg.AssetsDefinition:
                              allow_retries=False) from None
         result = promotion_record(spec, record, outcome, config.action, actor, tracking)
         # The cards of both versions now tell this decision in their promotion history.
-        history = promotion.history(version_store.get_store(), spec.name)
+        store = version_store.get_store()
+        history, refused = promotion.history(store, spec.name), refusals(store, spec.name)
         for version in {v for v in (result.champion_version, result.previous_version) if v}:
-            cards.publish(tracking.client(), spec, version, history)
+            cards.publish(tracking.client(), spec, version, history, refused)
         context.log.info(f"production_model: {spec.name} @champion = version {result.champion_version} ({outcome}); "
                          f"previous {result.previous_version}; {result.reason}")
-        return dg.MaterializeResult(metadata=result.to_metadata())
+        fresh = freshness(context.instance, tracking.client(), store, spec.name)
+        return dg.MaterializeResult(metadata={**result.to_metadata(), **freshness_metadata(fresh)})
 
     return production_model
 

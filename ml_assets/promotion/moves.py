@@ -14,7 +14,7 @@ from ml_assets.promotion.record import PENDING_TAG, pending_record, pending_tag
 from ml_assets.registry import versions as registry
 from ml_assets.registry.record import VersionTags
 from ml_assets.spec import ModelSpec
-from ml_assets.versioning import MergeConflict, NotFound, merge_with_retry
+from ml_assets.versioning.logs import append_record, read_log
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -53,11 +53,7 @@ def log_path(model: str) -> str:
 
 def history(store: VersionStore, model: str, ref: str = "main") -> list[dict[str, Any]]:
     """Every promotion and rollback of ``model`` on main, oldest first."""
-    try:
-        data = store.get_object(repo_for_model(model), ref, log_path(model))
-    except NotFound:
-        return []
-    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    return read_log(store, repo_for_model(model), log_path(model), ref)
 
 
 def pending(client: MlflowClient, model: str) -> dict[str, Any] | None:
@@ -164,29 +160,10 @@ def append_log(store: VersionStore, record: dict[str, Any], attempts: int = 5) -
     """Append ``record`` to the promotions log on main (a branch, a commit, a merge); nothing if it
     is already there. Returns the main commit, or None when nothing was written."""
     model = record["model"]
-    repo = repo_for_model(model)
-    store.ensure_repository(repo)
-    for _ in range(attempts):
-        records = history(store, model)
-        if any(r.get("id") == record["id"] for r in records):
-            return None
-        branch = f"promotion-{record['id'][:16]}"
-        if branch in store.list_branches(repo):
-            store.delete_branch(repo, branch)
-        store.create_branch(repo, branch, "main")
-        try:
-            lines = [json.dumps(r, sort_keys=True) for r in [*records, record]]
-            store.put_object(repo, branch, log_path(model), ("\n".join(lines) + "\n").encode())
-            meta = {"promotion_id": record["id"], "action": record["action"], "model_version": record["version"],
-                    "previous_version": record["previous"] or "", "actor": record["actor"]}
-            store.commit(repo, branch, f"{record['decision']} {model} version {record['version']}", meta)
-            return merge_with_retry(store, repo, branch, "main", metadata=meta)
-        except MergeConflict:
-            continue  # another promotion was logged meanwhile: re-read and append again
-        finally:
-            store.delete_branch(repo, branch)
-    raise RuntimeError(f"could not append promotion {record['id']} to {repo}:{log_path(model)} "
-                       f"after {attempts} attempts (concurrent writers)")
+    meta = {"promotion_id": record["id"], "action": record["action"], "model_version": record["version"],
+            "previous_version": record["previous"] or "", "actor": record["actor"]}
+    return append_record(store, repo_for_model(model), log_path(model), record,
+                         f"{record['decision']} {model} version {record['version']}", meta, attempts)
 
 
 def candidate(client: MlflowClient, spec: ModelSpec):

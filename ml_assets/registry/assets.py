@@ -25,13 +25,16 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
         group_name=spec.name,
         partitions_def=daily_partitions(spec),
         kinds={"mlflow"},
+        output_required=False,  # a refused candidate is not registered: nothing materializes, nothing fails
         code_version=code_version(spec, ("name", "training", "evaluation"), __name__),
         description=(f"An MLflow model version of {spec.name} (alias '{CHALLENGER}'), tagged with the data commit, "
-                     "Dagster run and code version it came from; one version per trained checkpoint; its model card."),
+                     "Dagster run and code version it came from; one version per trained checkpoint that passed the "
+                     "promotion gate (a refused one is logged, not registered); its model card."),
     )
     def registered_model(context: dg.AssetExecutionContext, tracking: MlflowTrackingResource,
-                         links: DagsterLinksResource, version_store: VersionStoreResource) -> dg.MaterializeResult:
+                         links: DagsterLinksResource, version_store: VersionStoreResource):
         from ml_assets import cards
+        from ml_assets.evaluation.refusals import refusals
         from ml_assets.promotion import moves as promotion
         from ml_assets.registry.register import register
 
@@ -39,12 +42,15 @@ def build_registered_model(spec: ModelSpec) -> dg.AssetsDefinition:
         ckpt = wiring.read(context, CheckpointRecord, run.partition)
         evaluation = wiring.read(context, EvaluationRecord, run.partition)
         if not evaluation.gate_passed:
-            # The blocking gate stops this asset in the run that evaluated; this covers a later run
-            # that selects registered_model alone.
-            raise run.failure(f"the evaluation's promotion gate failed ({evaluation.gate_reason}); not registering")
+            # An outcome, not an error: the refusal is on the evaluation's check and in the refusals
+            # log; what is downstream (production_model) is skipped, and the run succeeds.
+            context.log.info(f"{spec.name} {run.partition}: the candidate was refused by the promotion gate "
+                             f"({evaluation.gate_reason}); not registering")
+            return
+        store = version_store.get_store()
         record = register(run, ckpt, evaluation, tracking, context.log.info)
-        card = cards.publish(tracking.client(), spec, record.model_version,
-                             promotion.history(version_store.get_store(), spec.name))
-        return dg.MaterializeResult(metadata=replace(record, model_card=card).to_metadata())
+        card = cards.publish(tracking.client(), spec, record.model_version, promotion.history(store, spec.name),
+                             refusals(store, spec.name))
+        yield dg.MaterializeResult(metadata=replace(record, model_card=card).to_metadata())
 
     return registered_model

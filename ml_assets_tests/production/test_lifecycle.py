@@ -88,3 +88,37 @@ def test_each_promotion_and_rollback_is_one_message(tmp_path, webhook, monkeypat
             tick()  # its cursor is not kept
         tick()
         assert [m["kind"] for m in webhook.received] == ["promotion", "rollback", "promotion"]
+
+
+def _evaluated(passed: bool) -> dict:
+    from ml_assets.evaluation.record import EvaluationRecord
+
+    return EvaluationRecord(
+        primary_metric="roc_auc", metrics={"roc_auc": 0.7012}, primary_interval=[0.69, 0.71], test_rows=900,
+        repository="r", test_days=["2013-01-20"], validation_days=["2013-01-19"], skipped_days={},
+        test_data_commit="c", test_files=[], positive_rate=0.2, decision_threshold=0.3, checkpoint_sha256="c" * 64,
+        champion_version="3", gate_passed=passed,
+        gate_reason="roc_auc -0.0005 vs champion v3: an improvement of +0.005 is required" if not passed else "beat it",
+        slices=[], baseline=None, report_uri="/a/report.json", report_sha256="e" * 64, report_bytes=9,
+        mlflow_run_id="run", mlflow_run_url="http://mlflow/run", plots={}, summary="s").to_metadata()
+
+
+def test_a_refused_candidate_is_one_information_message_and_an_accepted_one_none(webhook, monkeypatch):
+    """What the evaluation_report asset records for a refusal (its record, gate not passed) makes one
+    message of kind "refused", severity info; an accepted candidate's evaluation makes none."""
+    monkeypatch.setenv(WEBHOOK_VARIABLE, webhook.url)
+    sensor = build_lifecycle_sensor(interval_seconds=30, webhook=dg.EnvVar(WEBHOOK_VARIABLE), models=[NAME])
+    links = DagsterLinksResource(base_url="http://dagster.internal:3000")
+    key = dg.AssetKey([NAME, "evaluation_report"])
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, cursor=None, resources={"links": links})
+        sensor(context)
+        for day, passed in (("2013-01-20", False), ("2013-01-21", True)):
+            instance.report_runless_asset_event(dg.AssetMaterialization(key, partition=day, metadata=_evaluated(passed)))
+        context = dg.build_sensor_context(instance=instance, cursor=context.cursor, resources={"links": links})
+        assert "sent 1 notification(s) for 2 event(s)" in sensor(context).skip_message
+    [refused] = webhook.received
+    assert (refused["kind"], refused["severity"], refused["partition"]) == ("refused", "info", "2013-01-20")
+    assert refused["text"] == ("flights_delay: the candidate of 2013-01-20 was refused (champion v3): roc_auc -0.0005 "
+                               "vs champion v3: an improvement of +0.005 is required")
+    assert refused["value"] == 0.7012 and refused["champion_version"] == "3"

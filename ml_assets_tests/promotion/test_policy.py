@@ -109,3 +109,61 @@ def test_a_rivals_champion_must_be_beaten_as_a_champion_is(first):
     assert "vs rival flights_delay v2 0.7400: -0.0200" in lost.reason()
     waiting = decide(POLICY, EvaluationReport.from_dict({**report, "rival": rival(0.72, None)}))
     assert waiting.passed and "rival flights_delay has no champion yet: not compared" in waiting.reason()
+
+
+SUCCESSOR = POLICY.model_copy(update={"successor": {"max_regression": 0.002}, "max_champion_age_days": 7})
+SUCCESSOR = PromotionSpec.model_validate(SUCCESSOR.model_dump())
+FINE_TUNE = {"kind": "fine_tune", "parent": {"version": "3", "partition": "2013-01-20"}}
+
+
+def aged(report: dict, candidate: str, champion: str) -> EvaluationReport:
+    report = {**report, "partition": candidate, "champion": {**report["champion"], "partition": champion}}
+    return EvaluationReport.from_dict(report)
+
+
+def test_a_fine_tune_of_the_champion_is_held_to_non_inferiority_and_the_report_says_why():
+    fresh = aged(challenger(0.6995, 0.700), "2013-01-21", "2013-01-20")
+    kept = decide(SUCCESSOR, fresh, FINE_TUNE)
+    assert kept.passed and kept.kind == "successor"
+    assert kept.clauses[0].name == "bar" and "fine-tuned from champion v3" in kept.clauses[0].detail
+    assert "no more than 0.002 worse" in kept.reason() and "required >= -0.0020" in kept.reason()
+    # The same candidate from a full training, or a fine-tune of another version: the challenger's bar.
+    assert decide(SUCCESSOR, fresh, {"kind": "full"}).kind == "challenger"
+    other = decide(SUCCESSOR, fresh, {**FINE_TUNE, "parent": {"version": "2"}})
+    assert not other.passed and other.kind == "challenger" and "required >= +0.0050" in other.reason()
+    # Worse than the margin: refused, and the reason names the bar it missed.
+    worse = decide(SUCCESSOR, aged(challenger(0.697, 0.700), "2013-01-21", "2013-01-20"), FINE_TUNE)
+    assert not worse.passed and worse.reason().startswith("successor's bar (fine-tuned from champion v3)")
+    assert [c.name for c in worse.failed] == ["non-inferiority of roc_auc"]
+    # Never above the challenger's bar: with a lower min_improvement, that one applies.
+    lenient = PromotionSpec.model_validate({**SUCCESSOR.model_dump(), "min_improvement": -0.01})
+    assert decide(lenient, aged(challenger(0.695, 0.700), "2013-01-21", "2013-01-20"), FINE_TUNE).passed
+    # The guards still hold.
+    sliced = decide(SUCCESSOR, aged(challenger(0.70, 0.70, worst_slice=0.08), "2013-01-21", "2013-01-20"), FINE_TUNE)
+    assert not sliced.passed and [c.name for c in sliced.failed] == ["slice regression of roc_auc"]
+
+
+def test_past_the_champions_age_any_candidate_passing_the_successors_bar_replaces_it():
+    report = challenger(0.6995, 0.700)
+    young = decide(SUCCESSOR, aged(report, "2013-01-27", "2013-01-20"), {"kind": "full"})
+    assert not young.passed and young.kind == "challenger"  # 7 days: not past 7
+    old = decide(SUCCESSOR, aged(report, "2013-01-28", "2013-01-20"), {"kind": "full"})
+    assert old.passed and old.kind == "successor"
+    assert "champion v3 (partition 2013-01-20) is 8 days old, past max_champion_age_days 7" in old.reason()
+    assert decide(POLICY, aged(report, "2013-03-01", "2013-01-20"), FINE_TUNE).kind == "challenger"  # not asked for
+
+
+@pytest.mark.parametrize(("promotion", "problem"), [
+    ({"successor": {"max_regression": -0.001}}, "successor.max_regression"),
+    ({"successor": {"max_regression": 2}}, "is not in roc_auc's units"),
+    ({"successor": {"max_regression": 0.002}, "max_champion_age_days": 0}, "max_champion_age_days"),
+    ({"max_champion_age_days": 7}, "max_champion_age_days needs successor"),
+])
+def test_a_bad_successors_bar_is_refused_naming_the_field(promotion, problem):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as refused:
+        PromotionSpec.model_validate({"primary_metric": "roc_auc", **promotion})
+    assert problem in str(refused.value)
+    # A margin in another metric's units is fine where the metric has no such bound.
+    assert PromotionSpec.model_validate({"primary_metric": "rmse", "successor": {"max_regression": 2.5}})

@@ -5,6 +5,8 @@ Events are read from the instance's records, so a notification says what the rec
 - a promotion or a rollback: a materialization of ``<model>/production_model`` whose outcome moved
   @champion (a request already in effect, outcome ``unchanged``, moved nothing and says nothing);
 - a blocking limit crossed: a materialization of ``<model>/model_monitor`` with status ``blocked``;
+- a candidate refused by the promotion gate: a materialization of ``<model>/evaluation_report`` whose
+  gate did not pass (information: the run succeeded, and the failure alerts say nothing of it);
 - a retraining launched on evidence: a run of ``<model>_daily`` tagged ``ml_assets/retrain:
   degradation`` (ml_assets/scoring/retrain.py), with the reason it carries.
 """
@@ -15,6 +17,7 @@ import datetime as dt
 
 import dagster as dg
 
+from ml_assets.evaluation.record import EvaluationRecord
 from ml_assets.pipeline.graph import Stage, daily_job_name, stage_key
 from ml_assets.promotion.record import PromotionRecord
 from ml_assets.records.runs import RETRAIN_TAG, RetrainTags, RunLabels
@@ -22,7 +25,8 @@ from ml_assets.scoring.record import MonitorRecord
 
 
 def keys(models: list[str]) -> list[dg.AssetKey]:
-    return [stage_key(model, stage) for model in models for stage in (Stage.PRODUCTION_MODEL, Stage.MODEL_MONITOR)]
+    return [stage_key(model, stage) for model in models
+            for stage in (Stage.PRODUCTION_MODEL, Stage.MODEL_MONITOR, Stage.EVALUATION_REPORT)]
 
 
 def promotion_message(record: PromotionRecord, run_url: str) -> dict:
@@ -35,6 +39,15 @@ def promotion_message(record: PromotionRecord, run_url: str) -> dict:
             "previous_version": record.previous_version, "reason": record.reason, "actor": record.actor,
             "time": record.time, "promotion_id": record.promotion_id, "run_url": run_url,
             "mlflow_model_url": record.mlflow_model_url}
+
+
+def refusal_message(record: EvaluationRecord, model: str, partition: str, run_url: str) -> dict:
+    primary = record.primary_metric
+    text = (f"{model}: the candidate of {partition} was refused (champion "
+            f"{'v' + record.champion_version if record.champion_version else 'none'}): {record.gate_reason}")
+    return {"kind": "refused", "severity": "info", "text": text, "model": model, "partition": partition,
+            "metric": primary, "value": record.metrics.get(primary), "champion_version": record.champion_version,
+            "reason": record.gate_reason, "checkpoint_sha256": record.checkpoint_sha256, "run_url": run_url}
 
 
 def monitor_message(record: MonitorRecord, run_url: str) -> dict:
@@ -55,7 +68,8 @@ def retraining_message(run: dg.DagsterRun, run_url: str) -> dict:
 
 def events(instance: dg.DagsterInstance, models: list[str], after: int, limit: int
            ) -> list[tuple[int, dg.EventLogRecord]]:
-    """(storage id, record) of each production_model and model_monitor materialization after ``after``."""
+    """(storage id, record) of each production_model, model_monitor and evaluation_report materialization
+    after ``after``."""
     found = []
     for key in keys(models):
         for event in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_storage_id=after),
@@ -67,6 +81,11 @@ def events(instance: dg.DagsterInstance, models: list[str], after: int, limit: i
 def message(event: dg.EventLogRecord, run_url: str) -> dict | None:
     """The message one materialization makes, or None (an unchanged promotion, a monitor not blocked)."""
     metadata = event.asset_materialization.metadata
+    if event.asset_key.path[-1] == Stage.EVALUATION_REPORT:
+        evaluated = EvaluationRecord.from_metadata(metadata)
+        model = "/".join(event.asset_key.path[:-1])
+        partition = event.asset_materialization.partition or ""
+        return None if evaluated.gate_passed else refusal_message(evaluated, model, partition, run_url)
     if event.asset_key.path[-1] == Stage.PRODUCTION_MODEL:
         record = PromotionRecord.from_metadata(metadata)
         return promotion_message(record, run_url) if record.outcome != "unchanged" else None
