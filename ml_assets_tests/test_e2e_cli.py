@@ -218,7 +218,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert refused["value"] == weak["roc_auc"] and refused["dagster_run_id"] == run.run_id
     shown = ml_assets_cli("audit", "flights_delay", models_dir=models).stdout
     assert "## Refused candidates (1;" in shown and weak["gate_reason"] in shown
-    card = Path(client.download_artifacts(version.run_id, "card/model_card.md", str(tmp_path / "card"))).read_text()
+    card = ml_assets_cli("card", "flights_delay", models_dir=models).stdout
     assert "Candidates refused while this version was champion" in card and day.isoformat() in card
     # `ml-assets status`: the champion, its age in partitions, the last decision and refusal, compute.
     fresh = ml_assets_cli("status", "flights_delay", "--format", "json", models_dir=models)
@@ -228,6 +228,11 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert state["champion_age_days"] == 0 and state["last_refusal"]["partition"] == day.isoformat()
     assert state["last_decision"]["kind"] == "full" and state["days_since_full"] == 0
     assert state["compute_7d"]["trainings"] >= 1 and state["compute_7d"]["cpu_rank_seconds"] > 0
+    # The same on production_model's page, observed after the evaluation.
+    [seen] = instance.fetch_observations(dg.AssetRecordsFilter(
+        asset_key=dg.AssetKey(["flights_delay", "production_model"])), limit=1).records
+    seen = seen.event_log_entry.asset_observation.metadata
+    assert seen["champion_age_days"].value == 0 and seen["last_refusal"].value["partition"] == day.isoformat()
     table = ml_assets_cli("status", models_dir=models).stdout
     assert f"champion          v{version.version} (partition {day.isoformat()}), 0 day(s) behind" in table
     unknown = ml_assets_cli("status", "no_such_model", models_dir=models)

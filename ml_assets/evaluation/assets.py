@@ -65,22 +65,31 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
         context.log.info(f"evaluation_report {run.partition}: " + rep.one_line(report))
         if not report.gate.passed:
             _refused(spec, run.partition, record, report.gate, ckpt.decision.get("kind", ""), context.run_id,
-                     version_store.get_store(), tracking.client())
+                     version_store.get_store())
+        _observe_freshness(context, spec, tracking.client(), version_store.get_store())
         return _result(record, report.gate, run.where, policy, context.log)
 
     return evaluation_report
 
 
-def _refused(spec: ModelSpec, partition: str, record, gate, trained: str, run_id: str, store, client) -> None:
-    """Log the refusal on main and tell it in the champion's model card, whose history lists the
-    candidates refused against it."""
-    from ml_assets import cards
-    from ml_assets.evaluation.refusals import log_refusal, refusal, refusals
-    from ml_assets.promotion.moves import history
+def _observe_freshness(context: dg.AssetExecutionContext, spec: ModelSpec, client, store) -> None:
+    """production_model's page shows the champion's freshness after each evaluation, not only at
+    promotions (an observation: nothing is materialized)."""
+    from ml_assets.pipeline.graph import Stage, stage_key
+    from ml_assets.promotion.freshness import freshness, to_metadata
+
+    fresh = freshness(context.instance, client, store, spec.name)
+    context.log_event(dg.AssetObservation(asset_key=stage_key(spec.name, Stage.PRODUCTION_MODEL),
+                                          metadata=to_metadata(fresh)))
+
+
+def _refused(spec: ModelSpec, partition: str, record, gate, trained: str, run_id: str, store) -> None:
+    """Log the refusal on main. The champion's card lists it as built by ``ml-assets card`` (from the
+    records, now) and as logged again at the next registration or promotion: republishing the card
+    here would make this stage's code version cover the card's and the audit's code."""
+    from ml_assets.evaluation.refusals import log_refusal, refusal
 
     log_refusal(store, refusal(spec.name, partition, record, [c.to_dict() for c in gate.clauses], trained, run_id))
-    if record.champion_version:
-        cards.publish(client, spec, record.champion_version, history(store, spec.name), refusals(store, spec.name))
 
 
 def _result(record, gate, where: str, policy, log) -> dg.MaterializeResult:
