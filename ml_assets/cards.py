@@ -179,7 +179,7 @@ def render_markdown(card: dict[str, Any]) -> str:
     out += ["", "History:" if card["promotions"] else "Never promoted."]
     out += [f"- {r.get('time', '')}: {r.get('decision', r.get('action'))}, version {r.get('version')} over "
             f"{r.get('previous') or 'none'}, by {r.get('actor')}: {r.get('reason')}" for r in card["promotions"]]
-    if card.get("refused"):
+    if card["refused"]:
         from ml_assets.evaluation.refusals import line
 
         out += ["", f"Candidates refused while this version was champion (the newest {len(card['refused'])}):"]

@@ -207,6 +207,16 @@ def load_declared_specs(settings: Settings) -> list[ModelSpec]:
     raise SpecError(NO_MODELS)
 
 
+def select_specs(declared: Sequence[ModelSpec], name: str | None) -> list[ModelSpec]:
+    """All of ``declared``, or only model ``name`` (a SpecError naming the known ones when it is not
+    declared): what a command over one model or all of them reads."""
+    specs = [s for s in declared if name is None or s.name == name]
+    if not specs:
+        raise SpecError(f"no model {name!r} is declared here; known models: "
+                        f"{', '.join(s.name for s in declared) or 'none'}")
+    return specs
+
+
 def load_declared_spec(settings: Settings, name: str) -> ModelSpec:
     """Model ``name``'s spec, wherever the settings say models are declared."""
     if settings.models_dirs:

@@ -63,10 +63,10 @@ def build_evaluation_report(spec: ModelSpec) -> dg.AssetsDefinition:
             raise run.failure(exc) from None
         record = store_evaluation(run, report, predictions, ckpt.result.checkpoint_sha256, artifacts, tracking)
         context.log.info(f"evaluation_report {run.partition}: " + rep.one_line(report))
+        store = version_store.get_store()
         if not report.gate.passed:
-            _refused(spec, run.partition, record, report.gate, ckpt.decision.get("kind", ""), context.run_id,
-                     version_store.get_store())
-        _observe_freshness(context, spec, tracking.client(), version_store.get_store())
+            _refused(spec, run.partition, record, report.gate, ckpt.decision.get("kind", ""), context.run_id, store)
+        _observe_freshness(context, spec, tracking.client(), store)
         return _result(record, report.gate, run.where, policy, context.log)
 
     return evaluation_report

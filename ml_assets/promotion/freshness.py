@@ -77,7 +77,7 @@ def freshness(instance: dg.DagsterInstance, client, store: VersionStore, model: 
     champion = registry.by_alias(client, model, registry.CHAMPION)
     partition = VersionTags.from_tags(champion.tags).partition if champion else None
     full = max((d for d, c in checkpoints.items() if c.decision_kind == "full"), default=None)
-    week = [c for d, c in checkpoints.items() if newest and 0 <= (_days(newest, d) or 0) < WEEK]
+    week = [c for d, c in checkpoints.items() if (age := _days(newest, d)) is not None and 0 <= age < WEEK]
     trained = [c for c in week if c.decision_kind != "skip"]
     refused = refusals(store, model)
     last = checkpoints[newest] if newest else None

@@ -25,32 +25,30 @@ def status(model: str | None, fmt: str, client_of, store_of) -> int:
     """Print each model's freshness; 2 (naming the known models) for an unknown or bad name.
     ``client_of``/``store_of``: the MLflow client and the version store for the settings (as the
     other commands make them)."""
-    from ml_assets.model_files import load_declared_specs
+    from ml_assets.model_files import load_declared_specs, select_specs
     from ml_assets.spec import SpecError
 
     settings = load_settings()
     try:
         if model is not None:
             check_model_name(model)
-        declared = load_declared_specs(settings)
-        specs = [s for s in declared if model is None or s.name == model]
-        if not specs:
-            raise SpecError(f"no model {model!r} is declared here; known models: "
-                            f"{', '.join(s.name for s in declared) or 'none'}")
+        specs = select_specs(load_declared_specs(settings), model)
     except (InvalidName, SpecError) as exc:
         return refuse("status", str(exc))
     from ml_assets.promotion.freshness import freshness, render
     from ml_assets.usage.collect import open_instance
 
     instance = open_instance(Path(os.environ.get("DAGSTER_HOME") or settings.dagster_home))
+    if instance is None:
+        print("[]" if fmt == "json" else "no Dagster instance here yet: nothing has run")
+        return 0
     client, store = client_of(settings), store_of(settings)
     try:
-        found = [freshness(instance, client, store, s.name) if instance is not None else None for s in specs]
+        found = [freshness(instance, client, store, s.name) for s in specs]
     finally:
-        if instance is not None:
-            instance.dispose()
+        instance.dispose()
     if fmt == "json":
-        print(json.dumps([f.to_dict() for f in found if f], indent=1))
+        print(json.dumps([f.to_dict() for f in found], indent=1))
     else:
-        print("\n".join(line for f in found if f for line in render(f)) or "no Dagster instance here yet")
+        print("\n".join(line for f in found for line in render(f)))
     return 0

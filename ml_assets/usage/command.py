@@ -43,7 +43,7 @@ def parse_since(value: str | None) -> dt.date | None:
 
 def usage(team: str | None, model: str | None, since: str | None, fmt: str) -> int:
     """Print what each team spent; 2 (naming what is known) for an unknown team or model or a bad day."""
-    from ml_assets.model_files import load_declared_specs
+    from ml_assets.model_files import load_declared_specs, select_specs
     from ml_assets.spec import SpecError
 
     settings = load_settings()
@@ -54,10 +54,7 @@ def usage(team: str | None, model: str | None, since: str | None, fmt: str) -> i
         if model is not None:
             check_model_name(model)
         declared = load_declared_specs(settings)
-        specs = [s for s in declared if model is None or s.name == model]
-        if not specs:
-            raise UsageError(f"no model {model!r} is declared here; known models: "
-                             f"{', '.join(s.name for s in declared) or 'none'}")
+        specs = select_specs(declared, model)
     except (UsageError, InvalidName, SpecError) as exc:
         return refuse("usage", str(exc))
     # Dagster only now: a bad query is refused at once.
