@@ -1,9 +1,10 @@
 """Daily retraining with the spec's warm-start policy against retraining from scratch every day:
 what it saves in trainer compute and what it costs in held-out ROC-AUC.
 
-    python -m benchmarks.retrain_cost [--quick] [--days N] [--first YYYY-MM-DD] [--keep]
+    python -m benchmarks.retrain_cost [--quick] [--model flights_delay_xgb] [--days N] [--first YYYY-MM-DD] [--keep]
 
-Two arms, each the bundled flights_delay spec in its own home (ML_ASSETS_HOME, DAGSTER_HOME, and
+Two arms, each the bundled spec (flights_delay, or with ``--model`` the boosted flights_delay_xgb,
+whose fine-tunes add rounds to the champion's booster) in its own home (ML_ASSETS_HOME, DAGSTER_HOME, and
 so its own SQLite MLflow registry, artifact and checkpoint stores, under a temporary directory):
 - scratch: the spec with ``training.warm_start`` removed, so every partition trains from scratch;
 - warm: the spec as bundled, so each partition skips, fine-tunes the @champion or retrains from
@@ -34,8 +35,10 @@ Measured, over the compared partitions:
   partition's promotion (the candidate when it was promoted, else the champion it was compared to).
 - how many partitions the warm arm skipped, fine-tuned and retrained in full, and why in full.
 
-``--quick`` runs a 4-day window for 2 epochs (fine-tunes: 1) on 1 compared partition after the first
-(the ratio and interval of so few tiny trainings are real measurements, not the claim's figures).
+``--quick`` runs a 4-day window for 2 epochs (fine-tunes: 1; a booster 40 rounds, fine-tunes 10) on
+1 compared partition after the first (the ratio and interval of so few tiny trainings are real
+measurements, not the claim's figures). A boosted model's ``promotion.rival`` (the network) is left
+out in both arms: the rival is not trained here, and the comparison is warm against scratch.
 
 Ends with:
     RESULT retrain_cost_auc_lower_bound <lower bound of the mean daily ROC-AUC difference> goal >= -0.005
@@ -60,8 +63,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLED = ROOT / "ml_assets" / "models" / "flights_delay.yaml"
-MODEL = "flights_delay"
+MODELS = ("flights_delay", "flights_delay_xgb")
 ARMS = ("scratch", "warm")
 FIRST = dt.date(2013, 3, 1)
 QUICK_FIRST = dt.date(2013, 3, 12)
@@ -71,17 +73,26 @@ MARK = "@@retrain_cost "
 
 # --- the two arms' specs ------------------------------------------------------------------------------
 
-def arm_spec(arm: str, quick: bool) -> dict:
-    data = yaml.safe_load(BUNDLED.read_text())
+def bundled(model: str) -> Path:
+    return ROOT / "ml_assets" / "models" / f"{model}.yaml"
+
+
+def arm_spec(arm: str, quick: bool, model: str = MODELS[0]) -> dict:
+    data = yaml.safe_load(bundled(model).read_text())
     if "warm_start" not in data["training"]:
-        raise SystemExit("benchmarks.retrain_cost: the bundled spec has no training.warm_start policy to measure")
+        raise SystemExit(f"benchmarks.retrain_cost: the bundled {model} has no training.warm_start policy to measure")
+    boosted = data["model"].get("family") == "xgboost"
+    data["promotion"].pop("rival", None)
     if quick:  # seconds per training instead of a minute; such a model is not held to floors or the baseline
-        data["training"].update({"window_days": 4, "validation_days": 1, "epochs": 2, "batch_size": 128,
-                                 "learning_rate": 0.003, "early_stopping": {"patience": 0}})
+        data["training"].update({"window_days": 4, "validation_days": 1, "early_stopping": {"patience": 0}})
+        if boosted:
+            data["model"]["params"]["num_boost_round"] = 40
+        else:
+            data["training"].update({"epochs": 2, "batch_size": 128, "learning_rate": 0.003})
         data["evaluation"].update({"test_days": 1, "bootstrap_samples": 200})
         data["promotion"].update(floors={}, beat_baseline=False)
         warm = data["training"]["warm_start"]
-        warm.update(days=2, epochs=1)  # of the 3 training days, so one is left to replay
+        warm.update(days=2, **({"rounds": 10} if boosted else {"epochs": 1}))  # one of 3 days is left to replay
         # A 3-day training window has not seen every weekday: its vocabulary would send the next
         # partition to a full retrain, and the quick run would never fine-tune.
         full_when = warm.setdefault("full_when", {})
@@ -97,7 +108,7 @@ def arm_spec(arm: str, quick: bool) -> dict:
 
 # --- a worker: one arm's home, definitions and instance -------------------------------------------------
 
-def worker(arm: str) -> None:
+def worker(arm: str, model: str) -> None:
     """Read one JSON command a line from stdin, answer one line on the real stdout; everything else
     (Dagster's logs, the trainer's output) goes to stderr."""
     answer = os.fdopen(os.dup(1), "w", buffering=1)
@@ -115,7 +126,7 @@ def worker(arm: str) -> None:
 
     settings = load_settings()
     prepare_home(settings)
-    spec = load_model_spec(settings.models_dirs, MODEL)
+    spec = load_model_spec(settings.models_dirs, model)
     defs = model_defs(settings, spec)
     instance = dg.DagsterInstance.get()
     graph = ModelGraph(spec)
@@ -202,18 +213,19 @@ def worker(arm: str) -> None:
 class Arm:
     """A worker process and what it has answered."""
 
-    def __init__(self, name: str, root: Path, quick: bool) -> None:
+    def __init__(self, name: str, root: Path, quick: bool, model: str) -> None:
         self.name, self.home = name, root / name
         models = self.home / "models"
         models.mkdir(parents=True)
-        (models / f"{MODEL}.yaml").write_text(yaml.safe_dump(arm_spec(name, quick), sort_keys=False))
+        (models / f"{model}.yaml").write_text(yaml.safe_dump(arm_spec(name, quick, model), sort_keys=False))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ML_ASSETS_", "DAGSTER_", "MLFLOW_"))}
         env.update(ML_ASSETS_ENV="local", ML_ASSETS_HOME=str(self.home / "home"),
                    DAGSTER_HOME=str(self.home / "home" / "dagster"), ML_ASSETS_MODELS_DIR=str(models),
                    MLFLOW_DISABLE_TELEMETRY="true", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
         self.log = self.home / "worker.log"
         self._log = self.log.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.retrain_cost", "--worker", name], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.retrain_cost", "--worker", name, "--model", model],
+                                     cwd=ROOT,
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      text=True, bufsize=1)
 
@@ -353,28 +365,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--days", type=int, help="compared partitions after the first (default 30; quick 1)")
     parser.add_argument("--first", type=dt.date.fromisoformat, help="the first partition (trains from scratch in both)")
     parser.add_argument("--keep", action="store_true", help="keep the arms' homes (their path is printed)")
+    parser.add_argument("--model", choices=MODELS, default=MODELS[0], help="the bundled model (default flights_delay)")
     parser.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, args.model)
         return
     n = args.days or (1 if args.quick else 30)
     first = args.first or (QUICK_FIRST if args.quick else FIRST)
-    spec = yaml.safe_load(BUNDLED.read_text())
-    quick_spec = arm_spec("warm", args.quick)
+    spec = yaml.safe_load(bundled(args.model).read_text())
+    quick_spec = arm_spec("warm", args.quick, args.model)
     width, tests = quick_spec["training"]["window_days"], quick_spec["evaluation"]["test_days"]
     before = width + tests - 1  # the first partition's window and its earlier test days
     ingest = [(first - dt.timedelta(days=before - i)).isoformat() for i in range(before)]
     partitions = [(first + dt.timedelta(days=i)).isoformat() for i in range(n + 1)]
     if dt.date.fromisoformat(ingest[0]) < dt.date.fromisoformat(str(spec["partitioning"]["start"])):
         raise SystemExit(f"--first {first}: its window starts on {ingest[0]}, before the first partition")
-    print(f"benchmarks.retrain_cost: {MODEL}, window {width} days, test {tests} day(s); partition {first} then "
+    print(f"benchmarks.retrain_cost: {args.model}, window {width} days, test {tests} day(s); partition {first} then "
           f"{n} compared ({partitions[1]}..{partitions[-1]}); warm policy {quick_spec['training']['warm_start']}",
           flush=True)
     root = Path(tempfile.mkdtemp(prefix="retrain_cost-"))
     arms = {}
     try:
-        arms = {name: Arm(name, root, args.quick) for name in ARMS}
+        arms = {name: Arm(name, root, args.quick, args.model) for name in ARMS}
         started = time.perf_counter()
         for arm in arms.values():  # both at once: ingestion is not measured
             arm.send("ingest", days=ingest)

@@ -325,6 +325,20 @@ def as_boosted(data: dict, **params) -> dict:
     return data
 
 
+def test_a_boosted_model_fine_tunes_by_adding_rounds(tmp_path, spec_dict):
+    as_boosted(spec_dict)
+    spec_dict["training"]["warm_start"] = {"days": 1}
+    assert load_spec(write_spec(tmp_path, spec_dict)).training.warm_start.added_rounds(50) == 5
+    spec_dict["training"]["warm_start"] = {"days": 1, "rounds": 12, "learning_rate": 0.02}
+    assert load_spec(write_spec(tmp_path, spec_dict)).training.warm_start.added_rounds(50) == 12
+
+
+def test_a_networks_fine_tune_has_no_rounds(tmp_path, spec_dict):
+    spec_dict["training"]["warm_start"] = {"days": 1, "rounds": 12}
+    message = error(write_spec(tmp_path, spec_dict))
+    assert "training.warm_start.rounds: boosting rounds apply to family xgboost" in message, message
+
+
 def test_a_boosted_model_loads_with_xgboosts_params_and_its_own_tuning_space(tmp_path, spec_dict):
     spec = load_spec(write_spec(tmp_path, as_boosted(spec_dict, learning_rate=0.1, subsample=0.8)))
     assert spec.model.boosted and not spec.model.custom
@@ -343,7 +357,9 @@ def test_a_boosted_model_loads_with_xgboosts_params_and_its_own_tuning_space(tmp
     (lambda d: d["model"]["params"].update(objective="reg:squarederror"),
      "model.params.objective: 'reg:squarederror' cannot serve target.task binary_classification"),
     (lambda d: d["model"].update(hidden_sizes=[8]), "['hidden_sizes'] apply to networks, not to family xgboost"),
-    (lambda d: d["training"].update(warm_start={"days": 3}), "training.warm_start: fine-tuning applies to networks"),
+    (lambda d: d["training"].update(warm_start={"days": 1, "epochs": 2}),
+     "training.warm_start.epochs: family xgboost's fine-tune adds boosting rounds, not epochs"),
+    (lambda d: d["training"].update(warm_start={"days": 1, "rounds": 0}), "training.warm_start.rounds"),
     (lambda d: d["training"].update(strategy="fsdp"), "training.strategy: fsdp shards a network"),
     (lambda d: d.update(tuning={"space": {"width": {"low": 8, "high": 64}}}),
      "tuning.space: ['width'] tune a network's training; family xgboost is tuned through params.<name>"),

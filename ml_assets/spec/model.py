@@ -113,9 +113,6 @@ class ModelSpec(StrictModel):
 
         if wrong := problems(self.model.params, self.target.task):
             raise ValueError("model.params." + "; model.params.".join(wrong))
-        if self.training.warm_start is not None:
-            raise ValueError("training.warm_start: fine-tuning applies to networks; family xgboost retrains in "
-                             "full every partition (continued boosting is not supported yet): remove warm_start")
         if self.training.strategy != "ddp":
             raise ValueError(f"training.strategy: {self.training.strategy} shards a network; family xgboost "
                              "shards the rows over the ranks (leave strategy out)")
@@ -241,6 +238,12 @@ def _check_warm_start(spec: ModelSpec, train_days: int) -> None:
         raise ValueError(f"training.warm_start.days: {warm.days} is more than the window's {train_days} training days "
                          f"(training.window_days {spec.training.window_days} less validation_days "
                          f"{spec.training.validation_days})")
+    if spec.model.boosted and warm.epochs is not None:
+        raise ValueError("training.warm_start.epochs: family xgboost's fine-tune adds boosting rounds, not epochs "
+                         "(training.warm_start.rounds)")
+    if not spec.model.boosted and warm.rounds is not None:
+        raise ValueError("training.warm_start.rounds: boosting rounds apply to family xgboost; a network's "
+                         "fine-tune trains training.warm_start.epochs")
     if warm.replay_fraction and warm.days == train_days:
         raise ValueError("training.warm_start.replay_fraction: every training day is already a fine-tune day; "
                          "there is no older day to replay")

@@ -42,9 +42,14 @@ class WarmStartSpec(StrictModel):
     replay_fraction: float = Field(default=0.0, ge=0, le=1, description=(
         "a seeded sample of this share of the older training days' rows, trained on with the newest days so the "
         "model does not forget them (0: none)"))
-    epochs: PositiveInt = Field(default=2, description="a fine-tune's epochs (early stopping as training's)")
+    epochs: PositiveInt | None = Field(default=None, description=(
+        "a network's fine-tune: its epochs, early stopping as training's (unset: 2)"))
+    rounds: PositiveInt | None = Field(default=None, le=100_000, description=(
+        "family xgboost: the boosting rounds a fine-tune adds to the champion's trees, early stopping as "
+        "training's (unset: a tenth of model.params.num_boost_round, at least 1)"))
     learning_rate: float | None = Field(default=None, gt=0, lt=1, description=(
-        "a fine-tune's peak learning rate (unset: training.learning_rate)"))
+        "a fine-tune's peak learning rate (unset: training.learning_rate), or family xgboost's shrinkage of the "
+        "rounds it adds (unset: model.params.learning_rate)"))
     processes_per_node: int | None = Field(default=None, ge=1, le=64, description=(
         "a fine-tune's torchrun processes (unset: training.processes_per_node); a few days' rows rarely pay "
         "for more than one"))
@@ -52,6 +57,15 @@ class WarmStartSpec(StrictModel):
         "retrain from scratch when the champion's chain of fine-tunes began this many days or more before the "
         "partition"))
     full_when: FullWhenSpec = FullWhenSpec()
+
+    @property
+    def network_epochs(self) -> int:
+        """A network's fine-tune: its epochs."""
+        return self.epochs or 2
+
+    def added_rounds(self, num_boost_round: int) -> int:
+        """family xgboost: the rounds a fine-tune adds, for a model of ``num_boost_round`` rounds."""
+        return self.rounds or max(1, num_boost_round // 10)
 
     @model_validator(mode="after")
     def _replay_has_a_share(self) -> WarmStartSpec:

@@ -22,6 +22,10 @@ PyTorch families' (ml_assets.trainer.train dispatches here); what differs is the
   stay XGBoost's: with those, training runs in segments of ``SEGMENT_ROUNDS``, each starting from a
   booster loaded from the previous segment's bytes and seeded with ``seed + first round``, and only
   a segment's end is a checkpoint (the reload re-predicts every earlier tree: slower, still exact).
+- Fine-tunes (``init_weights``: the champion's booster). The rounds of ``model_params`` are added to
+  the parent's trees, numbered after them, once ml_assets.trainer.booster_parent found that both
+  read the same inputs through the same objective; checkpoints hold the whole booster, so a resume
+  is exact as above, and early stopping keeps the parent's trees and the best of the new ones.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from ml_assets.trainer import boosting
+from ml_assets.trainer import booster_parent, boosting
 from ml_assets.trainer.booster_checkpoint import BoosterCheckpoints
 from ml_assets.trainer.booster_data import (
     Shard,
@@ -119,6 +123,13 @@ class BoostTrainer:
         first, last = row_range(self.train_rows, rt.rank, rt.world)
         self.sampler = Sampler(cfg.model_params, cfg.seed, self.train_rows, first, last, len(feature_names(self.state)))
         self.params.update(self.sampler.xgb_params())
+        self.parent_raw, self.base_rounds = None, 0
+        if cfg.init_weights is not None:  # a fine-tune: rounds added to the parent's trees, checked first
+            self.parent_raw = booster_parent.parent_bytes(cfg.init_weights)
+            self.base_rounds = booster_parent.check(
+                self.parent_raw, cfg.init_weights, feature_names=feature_names(self.state),
+                feature_types=feature_types(self.state), objective=self.params["objective"],
+                num_class=int(self.params.get("num_class", 0)))["rounds"]
         self.progress = Progress(cfg.fingerprint())
         self.ckpt = BoosterCheckpoints(cfg.checkpoint_root, rank=rt.rank, world=rt.world, mode=cfg.checkpoint_async,
                                        keep_last=cfg.keep_last, log=log, warn=warn)
@@ -168,7 +179,11 @@ class BoostTrainer:
     def resume(self) -> None:
         found = self.ckpt.latest(self.progress.fingerprint)
         if found is None:
-            self.booster = self._booster(None, 0)
+            self.booster = self._booster(self.parent_raw, 0)
+            if self.parent_raw is not None:
+                ref = self.cfg.init_weights
+                self.log(f"fine-tuning from the parent's booster {ref.uri} (sha256 {ref.sha256[:12]}, "
+                         f"{self.base_rounds} rounds): adding up to {self.total_rounds}")
             return
         self.progress = Progress(**found.progress)
         self.booster = self._booster(found.raw, found.round)
@@ -197,7 +212,7 @@ class BoostTrainer:
             if self.sampling and p.step % self.segment == 0 and p.step != self.resumed_from and p.step:
                 self.booster = self._booster(bytes(self.booster.save_raw("ubj")), p.step)
             self.sampler.apply(self.dtrain, p.step)
-            self.booster.update(self.dtrain, p.step)
+            self.booster.update(self.dtrain, self.base_rounds + p.step)  # the round's number in the booster
             p.step += 1
             self.stats["rounds"] += 1
             self._end_round()
@@ -214,7 +229,7 @@ class BoostTrainer:
         if reporting:
             self.sampler.unweighted(self.dtrain)
         sets = [(self.dval, "val"), *([(self.dtrain, "train")] if reporting else [])]
-        losses = _parse(self.booster.eval_set(sets, p.step - 1))
+        losses = _parse(self.booster.eval_set(sets, self.base_rounds + p.step - 1))
         val = losses["val"]
         if p.best_val_loss is None or val < p.best_val_loss - cfg.early_stopping_min_delta:
             p.best_val_loss, p.best_epoch, p.bad_epochs = val, p.step, 0
@@ -225,7 +240,8 @@ class BoostTrainer:
             reporting = True
             if "train" not in losses:
                 self.sampler.unweighted(self.dtrain)
-                losses["train"] = _parse(self.booster.eval_set([(self.dtrain, "train")], p.step - 1))["train"]
+                losses["train"] = _parse(self.booster.eval_set([(self.dtrain, "train")],
+                                                               self.base_rounds + p.step - 1))["train"]
         if reporting:
             self._report_round(losses)
 
@@ -286,12 +302,13 @@ class BoostTrainer:
 
     # -- the result ----------------------------------------------------------------------------------
     def final_booster(self) -> tuple[bytes, str, int]:
-        """The booster to export (its UBJSON), which rounds it holds, and how many."""
-        p = self.progress
+        """The booster to export (its UBJSON), which rounds it holds, and how many (a fine-tune's
+        count the parent's first: the rounds of this training are numbered after them)."""
+        p, base = self.progress, self.base_rounds
         if self.cfg.early_stopping_patience and p.best_epoch and p.best_epoch < p.step:
-            best = self.booster[: p.best_epoch]
-            return bytes(best.save_raw("ubj")), f"best validation loss (round {p.best_epoch})", p.best_epoch
-        return bytes(self.booster.save_raw("ubj")), "last round", p.step
+            best = self.booster[: base + p.best_epoch]
+            return bytes(best.save_raw("ubj")), f"best validation loss (round {p.best_epoch})", base + p.best_epoch
+        return bytes(self.booster.save_raw("ubj")), "last round", base + p.step
 
     def accounting(self, wall: float) -> dict:
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -356,7 +373,7 @@ def _meta(cfg: TrainConfig, rt: Runtime, trainer: BoostTrainer, which: str, roun
         "model": cfg.model, "task": cfg.task, **({"classes": cfg.classes} if cfg.classes else {}),
         "family": "xgboost", "xgboost_version": trainer.xgboost_version, "params": trainer.params,
         "feature_names": feature_names(trainer.state), "feature_types": feature_types(trainer.state),
-        "rounds": rounds, "rounds_trained": p.step, "history": p.history, "stop_reason": p.stop_reason,
+        "rounds": rounds, "rounds_trained": p.step, "parent_rounds": trainer.base_rounds, "history": p.history, "stop_reason": p.stop_reason,
         "steps": p.step, "best_val_loss": p.best_val_loss, "weights_from": which,
         "train_rows": trainer.train_rows, "val_rows": trainer.val_rows, "world_size": rt.world,
         "torch_version": torch.__version__, "config_fingerprint": p.fingerprint,

@@ -138,8 +138,9 @@ class TrainConfig:
     (where the trainer sets CUBLAS_WORKSPACE_CONFIG for cuBLAS)."""
     init_weights: DataRef | None = option(None, later=True)
     """A fine-tune: the parent model's exported weights (model.safetensors, pinned by sha256), loaded
-    into the model before the first step (a resume then loads its own checkpoint over them). The
-    feature state is then the parent's, so every input means what it meant. None: random weights."""
+    into the model before the first step (a resume then loads its own checkpoint over them); for
+    family xgboost the parent's booster (model.ubj), which the rounds of model_params add trees to.
+    The feature state is then the parent's, so every input means what it meant. None: from scratch."""
     max_steps: int = option(0)
     """Stop after this many optimizer steps in all (0: run every epoch)."""
     data_mode: str = option("memory", streaming_only=True)
@@ -248,9 +249,8 @@ class TrainConfig:
             from ml_assets.trainer.boosting import problems as boosting_problems
 
             problems.extend(f"model_params.{p}" for p in boosting_problems(self.model_params, self.task))
-            if self.model_factory or self.init_weights is not None or self.strategy != "ddp":
-                problems.append("family xgboost trains no network: model_factory, init_weights and strategy fsdp "
-                                "do not apply")
+            if self.model_factory or self.strategy != "ddp":
+                problems.append("family xgboost trains no network: model_factory and strategy fsdp do not apply")
         elif self.model_factory:
             self._pin_code(problems)
         elif self.model_params or self.model_code:

@@ -158,9 +158,14 @@ def decide(spec: ModelSpec, partition: str, parent: Parent | None, key: dict[str
                               f"champion's standard deviations from what it was fitted on, more than "
                               f"training.warm_start.full_when.mean_shift_above ({limits.mean_shift_above:g})",
                         parent, checks)
+    if spec.model.boosted:
+        from ml_assets.trainer.boosting import rounds
+
+        how = f"adding up to {warm.added_rounds(rounds(spec.model.params))} boosting round(s)"
+    else:
+        how = f"for {warm.network_epochs} epoch(s)"
     return Decision(FINE_TUNE, f"fine-tuning the champion v{parent.version} (partition {parent.partition}, chain from "
-                               f"{parent.chain_start}) on the newest {warm.days} day(s) for {warm.epochs} epoch(s)",
-                    parent, checks)
+                               f"{parent.chain_start}) on the newest {warm.days} day(s) {how}", parent, checks)
 
 
 def data_checks(spec: ModelSpec, state: dict, new_rows, window_rows) -> DataChecks:

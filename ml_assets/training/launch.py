@@ -7,6 +7,7 @@ import dataclasses
 import json
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +33,10 @@ if TYPE_CHECKING:
 
 
 def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned | None,
-              fine_tune: dict[str, Any] | None = None) -> TrainConfig:
+              fine_tune: Callable[[TrainConfig], dict[str, Any]] | None = None) -> TrainConfig:
     """The trainer's config; checkpoints keyed by the config's fingerprint (a re-run resumes).
-    ``fine_tune``: the fields a fine-tune sets over the spec's and the tuned values (its epochs,
-    learning rate and the parent's weights)."""
+    ``fine_tune``: the fields a fine-tune sets over the config the spec's and the tuned values make
+    (its epochs or rounds, learning rate and the parent's weights)."""
     layout = Layout.of(step.spec)
     try:  # a factory's code is pinned as the config is made, then tried before anything is launched
         cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
@@ -43,7 +44,7 @@ def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned
                            tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}",
                            data_mode=prepared.data.mode)
         if fine_tune:
-            cfg = dataclasses.replace(cfg, **fine_tune)
+            cfg = dataclasses.replace(cfg, **fine_tune(cfg))
         check_model(cfg)
     except ValueError as exc:
         raise step.failure(exc) from None

@@ -18,12 +18,13 @@ from pathlib import Path
 import dagster as dg
 
 from ml_assets.features.record import FeaturesRecord
-from ml_assets.layout import FEATURE_STATE_FILE, WEIGHTS_FILE, Layout
+from ml_assets.layout import BOOSTER_FILE, FEATURE_STATE_FILE, WEIGHTS_FILE, Layout
 from ml_assets.pipeline.graph import ModelGraph
 from ml_assets.records.runs import RetrainTags
 from ml_assets.registry.record import VersionTags
 from ml_assets.resources import ArtifactStoreResource
 from ml_assets.step import Step
+from ml_assets.trainer import boosting
 from ml_assets.trainer.config import DataRef, TrainConfig
 from ml_assets.training import decision as D
 from ml_assets.training.launch import configure
@@ -136,7 +137,8 @@ def _fine_tune(context, run: Step, win: Window, records, artifacts: ArtifactStor
             state = read_verified(str(files[FEATURE_STATE_FILE]), parent.feature_state_sha256)
         except (registry.RegistryError, IntegrityError) as exc:
             raise run.failure(f"the champion v{parent.version} cannot be fine-tuned: {exc}") from None
-        weights = artifacts.put(layout.parent_prefix(parent.version), files[WEIGHTS_FILE].read_bytes(), ".safetensors")
+        name = BOOSTER_FILE if spec.model.boosted else WEIGHTS_FILE  # download_model checked its sha256
+        weights = artifacts.put(layout.parent_prefix(parent.version), files[name].read_bytes(), f".{name.split('.')[-1]}")
     state_ref = artifacts.put(layout.feature_state_prefix(run.partition), state, ".json")
     train_days = [d.isoformat() for d in win.train_days]
     new_days, older = train_days[-warm.days:], train_days[:-warm.days]
@@ -160,9 +162,7 @@ def _fine_tune(context, run: Step, win: Window, records, artifacts: ArtifactStor
     training = spec.training.model_copy(update={"processes_per_node": warm.processes_per_node
                                                 or spec.training.processes_per_node})
     fine_run = dataclasses.replace(run, spec=spec.model_copy(update={"training": training}))
-    cfg = configure(fine_run, prepared, checkpoint_root, tuned, fine_tune={
-        "epochs": warm.epochs, "init_weights": weights.as_data_ref(),
-        **({"learning_rate": warm.learning_rate} if warm.learning_rate else {})})
+    cfg = configure(fine_run, prepared, checkpoint_root, tuned, fine_tune=_fine_tune_fields(spec, weights.as_data_ref()))
     try:
         problem = check_parent(cfg)
     except IntegrityError as exc:
@@ -170,9 +170,26 @@ def _fine_tune(context, run: Step, win: Window, records, artifacts: ArtifactStor
     if problem:
         return D.Decision(D.FULL, f"the champion v{parent.version}'s weights cannot start this model: {problem}",
                           parent, checks)
-    detail = {"fine_tune_days": new_days, "epochs": cfg.epochs, "learning_rate": cfg.learning_rate,
-              "replay": replay[1] if replay else {}}
+    how = ({"rounds": boosting.rounds(cfg.model_params), "learning_rate": cfg.model_params.get("learning_rate")}
+           if spec.model.boosted else {"epochs": cfg.epochs, "learning_rate": cfg.learning_rate})
+    detail = {"fine_tune_days": new_days, **how, "replay": replay[1] if replay else {}}
     return Plan(dataclasses.replace(decision, detail=detail), "", key, fine_run, prepared, cfg)
+
+
+def _fine_tune_fields(spec, parent: DataRef):
+    """What a fine-tune sets over the spec's and the tuned values, given the config they make: the
+    parent's weights and a network's epochs and learning rate, or the rounds a booster adds and
+    their shrinkage (in its model_params, which the trainer boosts from)."""
+    warm = spec.training.warm_start
+
+    def fields(cfg: TrainConfig) -> dict:
+        if not spec.model.boosted:
+            return {"epochs": warm.network_epochs, "init_weights": parent,
+                    **({"learning_rate": warm.learning_rate} if warm.learning_rate else {})}
+        params = {**cfg.model_params, boosting.ROUNDS: warm.added_rounds(boosting.rounds(cfg.model_params)),
+                  **({"learning_rate": warm.learning_rate} if warm.learning_rate else {})}
+        return {"init_weights": parent, "model_params": params}
+    return fields
 
 
 def _replay(spec, records, days: list[str], fraction: float, artifacts: ArtifactStoreResource, layout: Layout,
