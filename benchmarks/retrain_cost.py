@@ -34,6 +34,10 @@ Measured, over the compared partitions:
   non-inferiority). Also printed: the difference of the models each arm would serve after the
   partition's promotion (the candidate when it was promoted, else the champion it was compared to).
 - how many partitions the warm arm skipped, fine-tuned and retrained in full, and why in full.
+- every partition's run succeeds (a failed run ends the benchmark with its reason): a candidate the
+  gate refused is an outcome; after the last partition each arm runs ``ml-assets audit MODEL
+  --format json`` and the partitions of the refusals it lists are compared with those the gate
+  refused (a mismatch is printed).
 
 ``--quick`` runs a 4-day window for 2 epochs (fine-tunes: 1; a booster 40 rounds, fine-tunes 10) on
 1 compared partition after the first (the ratio and interval of so few tiny trainings are real
@@ -202,11 +206,22 @@ def worker(arm: str, model: str) -> None:
         out["champion_after"] = str(champion.version) if champion is not None else None
         return out
 
+    def audited() -> dict:
+        """The refusals ``ml-assets audit MODEL --format json`` lists, as a user runs it."""
+        done = subprocess.run([str(Path(sys.executable).parent / "ml-assets"), "audit", model, "--format", "json"],
+                              capture_output=True, text=True, timeout=600)
+        try:
+            found = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            return {"audit_error": (done.stdout + done.stderr)[-500:]}
+        return {"refused_partitions": sorted(r.get("partition", "?") for r in found.get("refused", []))}
+
     for line in sys.stdin:
         command = json.loads(line)
         if command["op"] == "quit":
             break
-        reply = ingest(command["days"]) if command["op"] == "ingest" else train(command["day"])
+        op = command["op"]
+        reply = ingest(command["days"]) if op == "ingest" else train(command["day"]) if op == "train" else audited()
         answer.write(MARK + json.dumps(reply) + "\n")
 
 
@@ -278,7 +293,8 @@ def full_reason(reason: str) -> str:
     return "incompatible champion" if "incompatible" in reason or "cannot start" in reason else reason[:60]
 
 
-def summarize(results: dict[str, list[dict]], first: dict[str, dict], wall: float, days: list[str]) -> None:
+def summarize(results: dict[str, list[dict]], first: dict[str, dict], wall: float, days: list[str],
+              audits: dict[str, dict]) -> None:
     scratch, warm = results["scratch"], results["warm"]
     print(f"\nfirst partition {first['warm']['day']} (not compared): scratch {first['scratch']['decision']} "
           f"{first['scratch']['cpu']:.1f} cpu rank-s, warm {first['warm']['decision']} {first['warm']['cpu']:.1f}")
@@ -321,6 +337,12 @@ def summarize(results: dict[str, list[dict]], first: dict[str, dict], wall: floa
     promoted = {arm: sum(1 for r in results[arm] if r["promoted"]) for arm in ARMS}
     print(f"not registered (gate): scratch {gated['scratch']}, warm {gated['warm']}; promoted: scratch "
           f"{promoted['scratch']}, warm {promoted['warm']}")
+    for arm in ARMS:  # every partition's run succeeded (a failed one ends the benchmark): refusals are outcomes
+        refused = sorted(r["day"] for r in [first[arm], *results[arm]] if r["gate_blocked"])
+        listed = audits[arm].get("refused_partitions")
+        print(f"{arm}: {len(refused)} candidate(s) refused by the gate, {len(listed) if listed is not None else '?'} "
+              f"listed by ml-assets audit" + ("" if listed == refused else
+                                              f" (MISMATCH: {audits[arm].get('audit_error') or listed})"))
 
     pairs = [(s, w) for s, w in zip(scratch, warm, strict=True) if "metric" in s and "metric" in w]
     diffs = [w["metric"] - s["metric"] for s, w in pairs]
@@ -412,8 +434,11 @@ def main(argv: list[str] | None = None) -> None:
                       flush=True)
         wall = time.perf_counter() - started
         for arm in arms.values():
+            arm.send("audit")
+        audits = {name: arm.receive() for name, arm in arms.items()}
+        for arm in arms.values():
             arm.close()
-        summarize(results, firsts, wall, partitions[1:])
+        summarize(results, firsts, wall, partitions[1:], audits)
     finally:
         for arm in arms.values():
             arm.close()

@@ -35,7 +35,7 @@ from ml_assets.trainer.contract import ModelInputs
 from ml_assets.trainer.data import read_frame, read_state, to_tensors
 from ml_assets.trainer.model import ModelConfig, build_model, loss_fn
 from ml_assets.trainer.runtime import choose_precision, steady_allocator
-from ml_assets.trainer.train import warmup_cosine
+from ml_assets.trainer.setup import warmup_cosine
 
 
 def bare_model(cfg: TrainConfig, state: dict, n_numeric: int) -> torch.nn.Module:

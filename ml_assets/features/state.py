@@ -14,11 +14,13 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
-from ml_assets.spec import BucketizeStep, ClipStep, FeaturesSpec, NumericFeature
+if TYPE_CHECKING:
+    from ml_assets.spec import FeaturesSpec, NumericFeature
 
 STATE_VERSION = 2
 OOV = 0  # index 0 of every categorical input: unknown, rare or missing
@@ -32,6 +34,9 @@ class Encoded:
 
 
 def _steps(feature: NumericFeature) -> list[dict]:
+    # Fitting's: a trainer rank only reads a fitted state, and does not import the spec.
+    from ml_assets.spec import ClipStep
+
     out = []
     for step in feature.transforms:
         if step == "log1p":
@@ -71,6 +76,8 @@ def _hash_batch(values: pl.Series, buckets: int) -> pl.Series:
 
 def fit_state(frame: pl.DataFrame | pl.LazyFrame, features: FeaturesSpec, target: str, task: str) -> dict:
     """Fit on the training window (a DataFrame, or a LazyFrame fitted with the streaming engine)."""
+    from ml_assets.spec import BucketizeStep
+
     engine = "in-memory" if isinstance(frame, pl.DataFrame) else "streaming"
     # Each numeric input's stateless steps once, as a column of its own, before its statistics.
     pre = {f.name: f"__pre_{i}" for i, f in enumerate(features.numeric)}

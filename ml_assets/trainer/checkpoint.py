@@ -38,13 +38,13 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from ml_assets.trainer.checkpoint_files import (
     CheckpointError,
-    SafeFsspecReader,
     fs_and_path,
     newest_verified,
     prune,
     verify,
     write_manifest,
 )
+from ml_assets.trainer.dcp_metadata import SafeFsspecReader
 from ml_assets.trainer.export import LoadedCheckpoint, export_model, load_checkpoint
 from ml_assets.trainer.lease import Lease
 

@@ -2,57 +2,22 @@
 
 ``manifest.json`` lists the sha256 and size of every other file of a checkpoint directory and is
 written last: it is the commit point. A directory without it is incomplete (the writer stopped);
-one whose files do not match it is corrupt or tampered. DCP's ``.metadata`` is a pickle, so it is
-read by an unpickler that admits DCP's own metadata classes and nothing else, and the manager
-verifies every file against the manifest before DCP reads any of them.
+one whose files do not match it is corrupt or tampered; the managers verify every file against the
+manifest before anything reads it. Shared by the networks' DCP checkpoints and the boosters'; DCP's
+own metadata reader is ml_assets.trainer.dcp_metadata, so that a booster's rank does not import
+torch.distributed.checkpoint (about a second of every start).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import time
 
 import fsspec
-import torch
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-
-
-# --- reading DCP metadata without arbitrary unpickling ---------------------------------------
-
-_ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem",
-                    "torch.distributed.checkpoint.planner")
-_ALLOWED_GLOBALS = {("torch", "Size"), ("torch", "device"), ("collections", "OrderedDict"),
-                    ("torch.serialization", "_get_layout")}
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        dtype_or_layout = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype | torch.layout
-                                                             | torch.memory_format)
-        if module in _ALLOWED_MODULES or (module, name) in _ALLOWED_GLOBALS or dtype_or_layout:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a DCP metadata "
-                                     "file never needs; refusing to load it")
-
-
-class SafeFsspecReader(FsspecReader):
-    """FsspecReader whose ``.metadata`` is read by an unpickler limited to DCP's metadata classes."""
-
-    def read_metadata(self, *args, **kwargs):
-        path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as fh:
-            metadata = _MetadataUnpickler(fh).load()
-        if getattr(metadata, "storage_meta", None) is None:
-            from torch.distributed.checkpoint.metadata import StorageMeta
-
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
 
 
 # --- manifest --------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ml_assets.trainer.runtime import Runtime
 
 if TYPE_CHECKING:
     from ml_assets.trainer.boost import BoostTrainer
-    from ml_assets.trainer.train import Trainer
+    from ml_assets.trainer.loop import Trainer
 
 REPORT_FILE = "report.json"
 """Written by rank 0 beside the export: {"data_version": ..., "metadata": {...}} in Pipes' metadata form."""

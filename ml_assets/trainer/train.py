@@ -35,12 +35,9 @@ import torch
 from ml_assets import processes
 from ml_assets.trainer.boost import TrackerError
 from ml_assets.trainer.channel import Channel
-from ml_assets.trainer.checkpoint import export_model
 from ml_assets.trainer.code_pin import ModelContractError
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import read_verified
-from ml_assets.trainer.loop import Trainer
-from ml_assets.trainer.progress import Progress
 from ml_assets.trainer.report import result_metadata, write_report
 from ml_assets.trainer.runtime import (
     EXIT_CONFIG,
@@ -55,11 +52,15 @@ from ml_assets.trainer.runtime import (
     stop_the_agent,
     take_lease,
 )
-from ml_assets.trainer.setup import warmup_cosine
 
 
 def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Callable[[dict], None],
         warn: Callable[[str], None]) -> dict:
+    # A network's modules only (DCP among them, about a second of a rank's start): a booster's rank
+    # never imports them.
+    from ml_assets.trainer.checkpoint import export_model
+    from ml_assets.trainer.loop import Trainer
+
     started = time.perf_counter()
     # The data first (a bad input fails before anything is written), then the lease, before any
     # checkpoint is read or written.
@@ -170,7 +171,7 @@ def _report_export(cfg: TrainConfig, rt: Runtime, result: dict, channel: Channel
         channel.pipes.report_asset_materialization(metadata=report_meta, data_version=saved["sha256"])
 
 
-__all__ = ["Progress", "Trainer", "main", "run", "warmup_cosine"]
+__all__ = ["main", "run"]
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from safetensors.torch import load as safetensors_load
 from ml_assets.trainer.data import ResumableSampler
 from ml_assets.trainer.model import ModelConfig, build_model
 from ml_assets.trainer.runtime import choose_precision
-from ml_assets.trainer.train import warmup_cosine
+from ml_assets.trainer.setup import warmup_cosine
 from ml_assets_tests.trainer.toy import run, torchrun_args, toy_data, write_config
 
 pytestmark = pytest.mark.torchrun
