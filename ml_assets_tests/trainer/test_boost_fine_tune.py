@@ -16,6 +16,7 @@ import xgboost
 from ml_assets.features.state import fit_state, state_bytes
 from ml_assets.spec.features import FeaturesSpec
 from ml_assets.trainer.config import DataRef
+from ml_assets_tests.trainer.test_boost import train
 from ml_assets_tests.trainer.toy import (
     kill_tree,
     ref,
@@ -37,37 +38,24 @@ PARENT = dict(family="xgboost", seed=5, threads=1, report_every_steps=5, checkpo
 ADDED = 75
 
 
-def _ref(path: Path) -> DataRef:
-    return DataRef(uri=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
-
-
-def _train(root: Path, data: dict, nproc: int = 1, **fields) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    write_config(root / "config.json", data, output_dir=str(root / "out"), **{**PARENT, **fields})
-    proc = run(torchrun_args(root / "config.json", nproc=nproc))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / "out"
-
-
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory) -> tuple[dict, DataRef]:
     """A booster trained on older rows, and newer rows (read through the parent's feature state) to
     fine-tune it on."""
     root = tmp_path_factory.mktemp("parent")
     old = toy_data(root / "old", train_rows=6000, seed=0)
-    out = _train(root, old)
+    out = train(root, old, **PARENT)
     new = toy_data(root / "new", train_rows=30_000, seed=1)
-    return {**new, "feature_state": old["feature_state"]}, _ref(out / "model.ubj")
+    return {**new, "feature_state": old["feature_state"]}, ref(out / "model.ubj")
 
 
-def _fine(data: dict) -> dict:
-    return dict(model_params={**PARENT["model_params"], "num_boost_round": ADDED, "learning_rate": 0.05})
+FINE = {**PARENT, "model_params": {**PARENT["model_params"], "num_boost_round": ADDED, "learning_rate": 0.05}}
 
 
 @pytest.fixture(scope="module")
 def fine(parent, tmp_path_factory) -> Path:
     new, ref_ = parent
-    return _train(tmp_path_factory.mktemp("fine"), new, init_weights=ref_, **_fine(new))
+    return train(tmp_path_factory.mktemp("fine"), new, init_weights=ref_, **FINE)
 
 
 def test_a_fine_tune_adds_rounds_to_the_parents_trees_which_it_keeps(parent, fine):
@@ -87,7 +75,7 @@ def test_a_fine_tune_adds_rounds_to_the_parents_trees_which_it_keeps(parent, fin
 def test_sigkill_mid_fine_tune_then_rerun_gives_the_same_bits(parent, fine, tmp_path):
     new, ref_ = parent
     write_config(tmp_path / "config.json", new, output_dir=str(tmp_path / "out"), init_weights=ref_,
-                 **{**PARENT, **_fine(new)})
+                 **FINE)
     proc = start(torchrun_args(tmp_path / "config.json"), tmp_path / "first.log")
     ckpts = tmp_path / "out" / "checkpoints"
     wait_for(lambda: any((d / "manifest.json").exists() for d in ckpts.glob("round-*")), timeout=180,
@@ -112,12 +100,12 @@ def test_a_parent_whose_bytes_changed_is_refused_with_both_hashes(parent, tmp_pa
     changed = tmp_path / "model.ubj"
     changed.write_bytes(Path(ref_.uri).read_bytes() + b" ")
     cfg = write_config(tmp_path / "config.json", new, output_dir=str(tmp_path / "out"),
-                       init_weights=DataRef(uri=str(changed), sha256=ref_.sha256), **{**PARENT, **_fine(new)})
+                       init_weights=DataRef(uri=str(changed), sha256=ref_.sha256), **FINE)
     with pytest.raises(IntegrityError) as caught:
         check_parent(cfg)
     assert ref_.sha256 in str(caught.value) and hashlib.sha256(changed.read_bytes()).hexdigest() in str(caught.value)
     assert check_parent(write_config(tmp_path / "ok.json", new, output_dir=str(tmp_path / "out"), init_weights=ref_,
-                                     **{**PARENT, **_fine(new)})) == ""
+                                     **FINE)) == ""
 
 
 def test_a_parent_reading_other_inputs_is_refused_naming_both_sides(parent, tmp_path):
@@ -126,7 +114,7 @@ def test_a_parent_reading_other_inputs_is_refused_naming_both_sides(parent, tmp_
     state = fit_state(rows, FeaturesSpec(numeric=["x"], categorical=["group"]), "label", "binary_classification")
     (tmp_path / "state.json").write_bytes(state_bytes(state))
     write_config(tmp_path / "config.json", {**new, "feature_state": ref(tmp_path / "state.json")},
-                 output_dir=str(tmp_path / "out"), init_weights=ref_, **{**PARENT, **_fine(new)})
+                 output_dir=str(tmp_path / "out"), init_weights=ref_, **FINE)
     proc = run(torchrun_args(tmp_path / "config.json"))
     assert proc.returncode != 0
     assert "cannot be boosted further by this model: features: the parent reads 3" in proc.stderr, proc.stderr[-2000:]
