@@ -92,14 +92,17 @@ def write_spec(directory: Path, data: dict) -> Path:
     return path
 
 
-def small_training(data: dict, window_days: int = 3, epochs: int = 2) -> dict:
+def small_training(data: dict, window_days: int = 3, epochs: int = 2, processes: int = 1) -> dict:
     """The bundled model with a short window and few epochs: seconds instead of a minute. Such a
     model is no better than chance on some days, so a first one is not held to the spec's floors
     or to beating the baseline (tests of the gate set their own). Every partition trains from
-    scratch (the bundled warm start's days do not fit a short window; its tests set their own)."""
+    scratch (the bundled warm start's days do not fit a short window; its tests set their own).
+    One rank unless ``processes``: a rank's start (~2.5 s of imports) is most of such a training,
+    and the tests of what two ranks do (DDP, FSDP, restarts, orphans) ask for two."""
     data["training"].pop("warm_start", None)
     data["training"].update({"window_days": window_days, "validation_days": 1, "epochs": epochs, "batch_size": 128,
-                             "learning_rate": 0.003, "early_stopping": {"patience": 0}})
+                             "learning_rate": 0.003, "early_stopping": {"patience": 0},
+                             "processes_per_node": processes})
     data["evaluation"]["test_days"] = 1
     data["promotion"]["floors"] = {}
     data["promotion"]["beat_baseline"] = False

@@ -128,7 +128,10 @@ def user(tmp_path_factory) -> User:
     subprocess.run([str(TOOLS / "uv"), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True,
                    capture_output=True, timeout=120)
     links = ["--find-links", "/opt/wheels"] if Path("/opt/wheels").is_dir() else []
-    install = [str(TOOLS / "uv"), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), *links]
+    # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (CI
+    # here) every process in the venv would then compile dagster, mlflow and torch from source.
+    install = [str(TOOLS / "uv"), "pip", "install", "--quiet", "--compile-bytecode", "--python",
+               str(venv / "bin" / "python"), *links]
     subprocess.run([*install, str(wheel)], check=True, capture_output=True, text=True, timeout=900)
     # The project, as create-dagster makes it, installed into the venv.
     subprocess.run([str(TOOLS / "create-dagster"), "project", "late_orders_project", "--no-uv-sync"], cwd=work,

@@ -270,8 +270,8 @@ def start_services(root: Path, postgres_database, s3_endpoint: str, specs: list[
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 15)
         for proc in svc.processes:
-            try:
-                proc.wait(timeout=10)
+            try:  # the webserver's code server waits up to 60 s for RPCs: nothing here tests that wait
+                proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
                 proc.wait()

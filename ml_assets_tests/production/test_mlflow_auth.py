@@ -106,7 +106,7 @@ def server(tmp_path_factory, postgres_database) -> AuthServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 15)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
