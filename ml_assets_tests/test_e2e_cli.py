@@ -22,7 +22,13 @@ from mlflow.tracking import MlflowClient
 
 from ml_assets.settings import load_settings
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.helpers import cli_env, flights_files, small_training, write_spec
+from ml_assets_tests.helpers import (
+    cli_env,
+    cli_in_process,
+    flights_files,
+    small_training,
+    write_spec,
+)
 from ml_assets_tests.lakefs_api import LakeFSLikeServer
 
 pytestmark = pytest.mark.e2e
@@ -60,23 +66,6 @@ def ml_assets_cli(*args: str, models_dir: Path, **env: str) -> subprocess.Comple
                           timeout=300, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir), **env))
 
 
-def cli_in_process(*args: str, models_dir: Path) -> tuple[int, str]:
-    """``ml-assets`` in this process (saves the imports of a subprocess): exit code and stderr."""
-    import contextlib
-    import io
-
-    from ml_assets import cli
-
-    err = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        mp.setenv("ML_ASSETS_MODELS_DIR", str(models_dir))
-        try:
-            cli.main(list(args))
-        except SystemExit as exc:
-            return int(exc.code or 0), err.getvalue()
-    return 0, err.getvalue()
-
-
 def lineage_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
     return ml_assets_cli("lineage", *args, models_dir=models_dir, **env)
 
@@ -102,7 +91,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     before = bystander_state(load_settings())
     # The window's days through `ml-assets backfill` in this process (their runs on the same
     # instance; the bystander's day above went through the CLI): the subject is the daily graph.
-    code, err = cli_in_process("backfill", "flights_delay", "--start", (day - dt.timedelta(days=3)).isoformat(),
+    code, _, err = cli_in_process("backfill", "flights_delay", "--start", (day - dt.timedelta(days=3)).isoformat(),
                                "--end", (day - dt.timedelta(days=1)).isoformat(), models_dir=models)
     assert code == 0, err[-4000:]
     proc = materialize("group:flights_delay", day, models)
@@ -267,9 +256,9 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
            cli_in_process("promote", "flights_delay", "7", "--reason", "x", models_dir=models),
            cli_in_process("audit", "flights_delay", "--version", "abc", models_dir=models),
            cli_in_process("reproduce", "../etc", "--version", "1", models_dir=models)]
-    for code, err in bad:
+    for code, _, err in bad:
         assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "has no version 7" in bad[1][1] and "not a version number" in bad[2][1]
+    assert "has no version 7" in bad[1][2] and "not a version number" in bad[2][2]
     # Through Dagster (the promotion job), so in its own process like a user's.
     refused = ml_assets_cli("rollback", "flights_delay", "--reason", "x", models_dir=models)
     assert refused.returncode == 1 and "has no champion to roll back" in refused.stderr

@@ -3,32 +3,17 @@ run failed said in the last lines the user sees."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import io
-from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from ml_assets import cli
 from ml_assets.runs import failure_reasons
 from ml_assets.settings import load_settings
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.helpers import flights_files, small_training, write_spec
+from ml_assets_tests.helpers import cli_in_process, flights_files, small_training, write_spec
 
 pytestmark = pytest.mark.e2e
-
-
-def run_cli(*args: str, models_dir: Path) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        mp.setenv("ML_ASSETS_MODELS_DIR", str(models_dir))
-        try:
-            cli.main(list(args))
-        except SystemExit as exc:
-            return int(exc.code or 0), out.getvalue(), err.getvalue()
-    return 0, out.getvalue(), err.getvalue()
 
 
 def test_backfill_ingests_a_window_skips_published_days_and_ends_with_why_a_day_failed(home, tmp_path, spec_dict):
@@ -37,13 +22,13 @@ def test_backfill_ingests_a_window_skips_published_days_and_ends_with_why_a_day_
     data["source"] = flights_files(tmp_path / "data", days)  # 2013-03-06 has no file
     data["validation"] = {}
     write_spec(tmp_path / "models", data)
-    code, out, err = run_cli("backfill", "flights_delay", "--start", "2013-03-04", "--end", "2013-03-05",
+    code, out, err = cli_in_process("backfill", "flights_delay", "--start", "2013-03-04", "--end", "2013-03-05",
                              models_dir=tmp_path / "models")
     assert code == 0, err[-3000:]
     assert "flights_delay: 2 day(s) ingested, validated and featurized, 0 already published" in out
     store = LocalVersionStore(load_settings().version_store_root)
     main_before = store.branch_head("flights-delay", "main")
-    code, out, err = run_cli("backfill", "flights_delay", "--start", "2013-03-04", "--end", "2013-03-06",
+    code, out, err = cli_in_process("backfill", "flights_delay", "--start", "2013-03-04", "--end", "2013-03-06",
                              models_dir=tmp_path / "models")
     assert code == 1
     assert "2013-03-04: already published, skipped" in out and "2013-03-05: already published, skipped" in out
@@ -54,7 +39,7 @@ def test_backfill_ingests_a_window_skips_published_days_and_ends_with_why_a_day_
     # The day failed before anything was written: main as it was, no branch left behind.
     assert store.branch_head("flights-delay", "main") == main_before
     assert set(store.list_branches("flights-delay")) == {"main"}
-    code, _, err = run_cli("backfill", "flights_delay", "--start", "2012-12-30", "--end", "2013-01-02",
+    code, _, err = cli_in_process("backfill", "flights_delay", "--start", "2012-12-30", "--end", "2013-01-02",
                            models_dir=tmp_path / "models")
     assert code == 2 and "outside the model's partitions (2013-01-01..2013-12-31)" in err
 

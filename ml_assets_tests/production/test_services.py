@@ -230,9 +230,9 @@ def test_the_bundled_graph_for_two_days_against_postgres_mlflow_server_and_s3(se
 
 def test_a_run_worker_killed_while_it_trains_leaves_no_rank_and_the_resumed_run_registers_once(services):
     """The production path of docs/training.md's process chain: SIGKILL the run worker (it runs the
-    training step in process) while its rank exists (one: small_training). Its torchrun agent follows
-    it and stops the rank, so none is left 10 s later; run monitoring resumes the run, whose training takes the
-    checkpoint lease (S3, conditional writes) and finishes; one version is registered for the day."""
+    training step in process) while its rank exists (one: small_training). Its torchrun agent
+    follows it and stops the rank, so none is left 10 s later; run monitoring resumes the run, whose
+    training takes the checkpoint lease (S3, conditional writes) and finishes; one version is registered for the day."""
     from mlflow.tracking import MlflowClient
 
     from ml_assets.processes import start_ticks
