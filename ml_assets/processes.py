@@ -57,10 +57,14 @@ def start_ticks(pid: int) -> str | None:
     return fields[19]
 
 
+_life_started: str | None = None
+"""A forked rank's life began with its client's (``follow_process``): the start ticks it counts from."""
+
+
 def seconds_alive() -> float | None:
-    """Seconds since this process started (its interpreter's start, imports included), from /proc;
-    None where /proc does not say."""
-    started = start_ticks(os.getpid())
+    """Seconds since this process started (its interpreter's start, imports included; for a rank
+    forked by the trainer zygote, since its client started), from /proc; None where /proc does not say."""
+    started = _life_started or start_ticks(os.getpid())
     if not started:
         return None
     uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -108,10 +112,12 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class Lifeline:
-    """Ties this process to its parent (see ``follow_parent``)."""
+    """Ties this process to its parent (see ``follow_parent``), or to the client a forked rank
+    works for (``follow_process``: ``started`` set)."""
 
-    def __init__(self, parent: int, *, grace_seconds: float, use_prctl: bool) -> None:
-        self.parent, self.grace_seconds = parent, grace_seconds
+    def __init__(self, parent: int, *, grace_seconds: float, use_prctl: bool, started: str | None = None,
+                 hangup: socket.socket | None = None) -> None:
+        self.parent, self.grace_seconds, self.started, self.hangup = parent, grace_seconds, started, hangup
         self.before_exit: list[Callable[[], None]] = []
         """Run (errors ignored) just before the process ends itself once the grace is over."""
         self.prctl = use_prctl and _set_parent_death_signal(ORPHAN_SIGNAL)
@@ -119,15 +125,20 @@ class Lifeline:
 
     @property
     def orphaned(self) -> bool:
+        if self.started is not None:
+            return not is_alive(self.parent, self.started)
         return os.getppid() != self.parent
 
     def _watch(self) -> None:
         # Polls even where the kernel delivers the signal (prctl): the signal only asks; a process
         # whose main thread is blocked (a collective waiting for a dead peer) never runs its Python
         # handler, so this thread is what guarantees the exit.
+        if self.hangup is not None:
+            with contextlib.suppress(OSError):
+                self.hangup.recv(1)  # returns when the client's end closes: it exited or was killed
         while not self.orphaned:
             time.sleep(POLL_SECONDS)
-        if not self.prctl:
+        if not self.prctl and self.grace_seconds > 0:
             with contextlib.suppress(OSError):
                 os.kill(os.getpid(), ORPHAN_SIGNAL)
         time.sleep(self.grace_seconds)
@@ -159,7 +170,8 @@ def follow_parent(*, grace_seconds: float = 5.0, use_prctl: bool = True) -> Life
     lifeline with the new grace."""
     global _lifeline
     if _lifeline is not None:
-        _lifeline.grace_seconds = grace_seconds
+        if _lifeline.started is None:  # a forked rank ends with its client, without grace
+            _lifeline.grace_seconds = grace_seconds
         return _lifeline
     parent = _named_parent()
     if parent <= 1:
@@ -169,6 +181,40 @@ def follow_parent(*, grace_seconds: float = 5.0, use_prctl: bool = True) -> Life
         with contextlib.suppress(OSError):
             os.kill(os.getpid(), ORPHAN_SIGNAL)
     return _lifeline
+
+
+def die_with_parent() -> bool:
+    """Linux only: ``ORPHAN_SIGNAL`` when the parent exits, from the kernel alone, with no watcher
+    thread (for a process that forks: the trainer zygote). Whether the kernel will deliver it."""
+    parent = _named_parent()
+    if parent <= 1 or not _set_parent_death_signal(ORPHAN_SIGNAL):
+        return False
+    if os.getppid() != parent:  # it died before the kernel was asked to tell us
+        os.kill(os.getpid(), ORPHAN_SIGNAL)
+    return True
+
+
+def follow_process(pid: int, started: str, hangup: socket.socket | None = None) -> Lifeline:
+    """For a rank the trainer zygote forked on behalf of the client ``pid`` (``started``: its
+    ``start_ticks``), which torchrun started as its worker: this process is that worker. It lives no
+    longer than the client: when the client ends (``hangup``, the client's connection, closes at
+    once; else polled), it ends at once as the client did, freeing what ``before_exit`` frees. Its
+    seconds alive count from the client's start. A signal the client gets, it forwards here."""
+    global _lifeline, _life_started
+    _life_started = started
+    _lifeline = Lifeline(pid, grace_seconds=0.0, use_prctl=False, started=started, hangup=hangup)
+    return _lifeline
+
+
+def launcher() -> int:
+    """The process that started this one as a worker (torchrun's agent, for a rank): the parent, or
+    for a rank forked on a client's behalf (``follow_process``), the client's parent."""
+    if _lifeline is not None and _lifeline.started is not None:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{_lifeline.parent}/stat").read_text()
+            return int(stat[stat.rindex(")") + 2:].split()[1])
+        return 0
+    return os.getppid()
 
 
 def lifeline() -> Lifeline | None:

@@ -18,7 +18,9 @@ libraries the stages use (pandera, scipy, polars, torch, mlflow, scikit-learn). 
 fork from a server the launcher starts once, which imported those *installed* libraries: each
 worker then only imports the project's own code (ml_assets, the specs, custom checks) from disk, so
 an edit to them reaches the next run as with a fresh process. A change to the installed packages
-needs the daemon restarted (it owns the server). ``start_method: spawn`` starts each worker as a
+needs the daemon restarted (it owns the server). The launcher also owns the trainer zygote
+(ml_assets.trainer.zygote) that every worker's trainings fork their ranks from, for the same reason
+and on the same terms. ``start_method: spawn`` starts each worker as a
 fresh ``dagster api execute_run`` process instead, and so does a code location whose Python is not
 the launcher's.
 
@@ -59,6 +61,7 @@ from dagster._serdes.config_class import ConfigurableClassData
 
 from ml_assets.processes import start_ticks
 from ml_assets.records.runs import RunWorker
+from ml_assets.trainer import zygote
 
 # Installed libraries only (never the project's code, which must be read fresh for every run): what
 # a run worker and the stages import, seconds of CPU paid once per server instead of in every run. They
@@ -159,6 +162,9 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
         same_python = args[0] in ("dagster", sys.executable) or Path(args[0]).parent == Path(sys.executable).parent
         # Under the lock: Process.start() polls multiprocessing's other children, which _reap polls too.
         with self._children_lock:
+            if same_python and zygote.SOCKET_ENV not in os.environ and (path := zygote.address()):
+                # Before the server forks: every worker inherits it, and their trainings fork ranks from it.
+                os.environ[zygote.SOCKET_ENV] = path
             if self._start_method == "forkserver" and same_python:
                 if self._forkserver is None:
                     self._forkserver = _forkserver_context()

@@ -193,7 +193,9 @@ def restarts_left() -> int:
 def stop_the_agent() -> None:
     """A preempted worker must not be restarted in place (the node is going away and the retry will
     resume elsewhere), nor one that may not write its checkpoints: ask the local torchrun agent, our
-    parent, to shut down. One rank per node; never once the agent is gone (the parent is then init
+    parent (a forked rank's client's), to shut down. One rank per node; never once the agent is gone (the parent is then init
     or a subreaper)."""
-    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("LOCAL_RANK") == "0" and not processes.orphaned():
-        os.kill(os.getppid(), signal.SIGTERM)
+    if os.environ.get("LOCAL_RANK") != "0" or "TORCHELASTIC_RUN_ID" not in os.environ or processes.orphaned():
+        return
+    if (agent := processes.launcher()) > 1:
+        os.kill(agent, signal.SIGTERM)

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from ml_assets import processes
+from ml_assets.trainer import zygote
 
 # What a training runs in its own processes (torchrun's agent and each rank's trainer): part of the
 # code versions of the stages that train.
-TRAINER_ROOTS = ("ml_assets.trainer.__main__", "ml_assets.trainer.agent")
+TRAINER_ROOTS = ("ml_assets.trainer.__main__", "ml_assets.trainer.agent", "ml_assets.trainer.forked")
+RANK_STARTS = ("fork", "exec")
 
 
 class TrainingPreempted(Exception):
@@ -59,6 +61,10 @@ class TorchrunLauncher(dg.ConfigurableResource):
     """OMP/MKL threads per rank: ranks x threads should not exceed the cores."""
     termination_grace_seconds: float = 60.0
     """When Dagster stops the step, how long the trainer gets to checkpoint after SIGTERM."""
+    rank_start: str = "fork"
+    """``fork``: each rank is forked from the trainer zygote, which imported the trainer's libraries
+    once (ml_assets.trainer.zygote; a rank then starts in milliseconds instead of seconds);
+    ``exec``: each rank is a new Python process that imports them itself."""
 
     @property
     def spreads_nodes(self) -> bool:
@@ -78,22 +84,33 @@ class TorchrunLauncher(dg.ConfigurableResource):
                                 f"{self.processes(spec)} processes")
         return self.run(context, config_path, self.processes(spec), spec.training.max_restarts)
 
-    def command(self, config_path: str, nproc: int, max_restarts: int) -> list[str]:
+    def command(self, config_path: str, nproc: int, max_restarts: int, forked: bool = False) -> list[str]:
+        """The torchrun command; ``forked``: its workers ask the zygote for their ranks."""
         return [
             sys.executable, "-m", "ml_assets.trainer.agent", "--standalone",
             f"--nproc_per_node={self.nproc_per_node or nproc}", f"--max-restarts={max_restarts}",
-            "-m", "ml_assets.trainer", "--config", config_path,
+            "-m", "ml_assets.trainer.forked" if forked else "ml_assets.trainer", "--config", config_path,
         ]
 
-    def run(self, context: dg.AssetExecutionContext, config_path: str, nproc: int, max_restarts: int = 0) -> TrainingOutcome:
+    def _launch(self, env: dict[str, str], config_path: str, nproc: int, max_restarts: int) -> tuple[list[str], dict]:
+        """The command and environment of one launch: with the zygote's socket when ranks fork."""
+        if self.rank_start not in RANK_STARTS:
+            raise ValueError(f"TorchrunLauncher: rank_start {self.rank_start!r} is not one of {list(RANK_STARTS)}")
         threads = str(self.threads_per_process)
+        env = processes.child_env({**env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+        socket_path = zygote.address() if self.rank_start == "fork" else None
+        if socket_path:
+            env[zygote.SOCKET_ENV] = socket_path
+        return self.command(config_path, nproc, max_restarts, forked=bool(socket_path)), env
+
+    def run(self, context: dg.AssetExecutionContext, config_path: str, nproc: int, max_restarts: int = 0) -> TrainingOutcome:
         with dg.open_pipes_session(
             context=context, context_injector=dg.PipesTempFileContextInjector(),
             message_reader=dg.PipesTempFileMessageReader(),
         ) as session:
-            env = processes.child_env({**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                                       **session.get_bootstrap_env_vars()})
-            process = subprocess.Popen(self.command(config_path, nproc, max_restarts), env=env)
+            command, env = self._launch({**os.environ, **session.get_bootstrap_env_vars()}, config_path, nproc,
+                                        max_restarts)
+            process = subprocess.Popen(command, env=env)
             try:
                 process.wait()
             except BaseException:
@@ -118,11 +135,9 @@ class TorchrunLauncher(dg.ConfigurableResource):
         from ml_assets.trainer.report import REPORT_FILE
 
         output_dir = TrainConfig.from_json(config_path).output_dir.rstrip("/")
-        threads = str(self.threads_per_process)
-        env = processes.child_env({**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
-        for name in [k for k in env if k.startswith("DAGSTER_PIPES_")]:  # never mistaken for a Pipes process
-            del env[name]
-        returncode = subprocess.run(self.command(config_path, nproc, max_restarts), env=env).returncode
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES_")}  # never a Pipes process
+        command, env = self._launch(env, config_path, nproc, max_restarts)
+        returncode = subprocess.run(command, env=env).returncode
         result = None
         if returncode == 0:
             with fsspec.open(f"{output_dir}/{REPORT_FILE}", "r") as fh:

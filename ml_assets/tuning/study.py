@@ -24,6 +24,7 @@ from typing import Any
 import optuna
 
 from ml_assets import processes
+from ml_assets.trainer import zygote
 from ml_assets.tuning.record import COMPUTE_ATTR, TrialCompute
 from ml_assets.tuning.space import BOOSTED, config_overrides, integer_dims, suggest
 
@@ -254,11 +255,15 @@ def _start_run(client, job: Job, trial: optuna.Trial, params: dict[str, Any]) ->
 def _start_trainer(job: Job, out: Path, log) -> subprocess.Popen:
     """torchrun of the trial's config, its output to ``log``."""
     threads = str(job.threads_per_process)
+    socket_path = zygote.address()  # this worker's trials fork their ranks from one zygote
     command = [sys.executable, "-m", "ml_assets.trainer.agent", "--standalone",
                f"--nproc_per_node={job.processes_per_trial}", "--max-restarts=0",
-               "-m", "ml_assets.trainer", "--config", str(out / "train_config.json")]
+               "-m", "ml_assets.trainer.forked" if socket_path else "ml_assets.trainer",
+               "--config", str(out / "train_config.json")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PIPES")}
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, **job.env)
+    if socket_path:
+        env[zygote.SOCKET_ENV] = socket_path
     env = processes.child_env(env)  # the trial's torchrun ends if this worker dies
     # Its own session: pruning or a stopped worker kills torchrun and its ranks together.
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
