@@ -21,8 +21,11 @@ day the arms take turns, the one that goes first alternating, so that machine no
 
 Measured, over the compared partitions:
 - trainer compute: the sum of each trained checkpoint's ``cpu_rank_seconds`` (ranks x the seconds
-  from their processes' start to the export: torchrun's start and imports count), a skipped
-  partition counting zero; ``gpu_rank_seconds`` apart. RESULT retrain_cost = warm / scratch.
+  from their torchrun workers' start to the export), a skipped partition counting zero;
+  ``gpu_rank_seconds`` apart. RESULT retrain_cost = warm / scratch. The ranks fork from the trainer
+  zygote each arm's worker starts once (ml_assets.trainer.zygote, the launcher's default), so a
+  rank's imports are not in its rank-seconds; the zygote's own CPU is printed apart, with the ratio
+  it would give counted in.
   Also printed: the trained_checkpoint step's wall in the run, which adds what the ranks do not
   pay (the plan, a fine-tune's data checks and its parent's download, the record).
 - the primary metric (ROC-AUC) of each arm's candidate on the partition's held-out test rows (its
@@ -127,6 +130,7 @@ def worker(arm: str, model: str) -> None:
     from ml_assets.registry import versions as registry
     from ml_assets.runs import failure_reasons, model_defs, prepare_home
     from ml_assets.settings import load_settings
+    from ml_assets.trainer import zygote
 
     settings = load_settings()
     prepare_home(settings)
@@ -214,7 +218,8 @@ def worker(arm: str, model: str) -> None:
             found = json.loads(done.stdout)
         except json.JSONDecodeError:
             return {"audit_error": (done.stdout + done.stderr)[-500:]}
-        return {"refused_partitions": sorted(r.get("partition", "?") for r in found.get("refused", []))}
+        return {"refused_partitions": sorted(r.get("partition", "?") for r in found.get("refused", [])),
+                "zygote_cpu_s": zygote.cpu_seconds()}
 
     for line in sys.stdin:
         command = json.loads(line)
@@ -344,6 +349,11 @@ def summarize(results: dict[str, list[dict]], first: dict[str, dict], wall: floa
               f"listed by ml-assets audit" + ("" if listed == refused else
                                               f" (MISMATCH: {audits[arm].get('audit_error') or listed})"))
 
+    zyg = {arm: audits[arm].get("zygote_cpu_s") for arm in ARMS}
+    if all(v is not None for v in zyg.values()):
+        # Paid once per arm's worker (as once per run launcher in production), not per training.
+        print(f"trainer zygote's own CPU (its imports once, and the forks): scratch {zyg['scratch']:.1f} s, warm "
+              f"{zyg['warm']:.1f} s; with it counted, warm / scratch {(cpu['warm'] + zyg['warm']) / (cpu['scratch'] + zyg['scratch']):.3f}")
     pairs = [(s, w) for s, w in zip(scratch, warm, strict=True) if "metric" in s and "metric" in w]
     diffs = [w["metric"] - s["metric"] for s, w in pairs]
     low, high = bootstrap(diffs)

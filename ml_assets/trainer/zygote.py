@@ -261,7 +261,7 @@ def _write(start: int, end: int, items: list[bytes]) -> None:
         ctypes.memmove(start, out.ljust(room, b"\0"), room)
 
 
-_owned: dict[int, str] = {}
+_owned: dict[int, tuple[subprocess.Popen, str]] = {}
 
 
 def address() -> str | None:
@@ -274,13 +274,28 @@ def address() -> str | None:
     if given and os.path.exists(given):
         return given
     mine = _owned.get(os.getpid())
-    if mine and os.path.exists(mine):
-        return mine
+    if mine and mine[0].poll() is None and os.path.exists(mine[1]):
+        return mine[1]
     process, path = start()
     if path is not None:
-        _owned[os.getpid()] = path
+        _owned[os.getpid()] = (process, path)
         atexit.register(stop, process, path)
     return path
+
+
+def cpu_seconds() -> float | None:
+    """The CPU seconds (user and system) the zygote this process started has used so far: its
+    imports, and the forks (each rank's own CPU is the rank's). None if this process has none."""
+    mine = _owned.get(os.getpid())
+    if not mine:
+        return None
+    try:
+        with open(f"/proc/{mine[0].pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(timeout: float = 30.0) -> tuple[subprocess.Popen, str | None]:
