@@ -24,6 +24,8 @@ Read from the environment when definitions are built (never at import time):
   processes anyway) or ``multiprocess`` (a process per step, forked from a server that imported the
   code and libraries once per run; ``ML_ASSETS_MAX_CONCURRENT_STEPS`` at once). benchmarks/orchestration
   measures the default.
+- ``ML_ASSETS_RANK_START``: ``fork`` (default: trainer ranks fork from the trainer zygote,
+  docs/training.md "How a rank starts") or ``exec`` (each rank a new Python process).
 - ``ML_ASSETS_HOME``: the one directory the local environment writes to (default ``.ml_assets/``
   in the project's root: the Dagster project a model component belongs to or the command runs in,
   this checkout, else the working directory). A relative value is taken from the project's root.
@@ -63,6 +65,8 @@ VERSION_STORES = ("local", "lakefs")
 # Pods share no disk: the tuning studies need a database every trial worker and re-run can reach.
 K8S_REQUIRED = ("ML_ASSETS_OPTUNA_STORAGE",)
 EXECUTORS = ("in_process", "multiprocess")
+RANK_START_ENV = "ML_ASSETS_RANK_START"
+RANK_STARTS = ("fork", "exec")
 LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
 
@@ -180,6 +184,14 @@ def public_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=host))
 
 
+def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    """``env[name]``, one of ``allowed`` (unset or empty: the first)."""
+    value = env.get(name, "").strip() or allowed[0]
+    if value not in allowed:
+        raise SettingsError(f"{name}={value!r} is not one of {list(allowed)}")
+    return value
+
+
 def load_settings(environ: Mapping[str, str] | None = None, project_root: Path | None = None) -> Settings:
     """The settings of ``environ`` (default: the process's environment over the project's ``.env``)
     for the project at ``project_root`` (default: the one the working directory is in)."""
@@ -198,12 +210,9 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
     models = env.get("ML_ASSETS_MODELS_DIR", "").strip()
     models_dirs = tuple(_paths(models, base)) if models else (
         (BUNDLED_MODELS_DIR,) if project is not None and project.is_this_checkout else ())
-    version_store = env.get("ML_ASSETS_VERSION_STORE", "local").strip() or "local"
-    if version_store not in VERSION_STORES:
-        raise SettingsError(f"ML_ASSETS_VERSION_STORE={version_store!r} is not one of {list(VERSION_STORES)}")
-    executor = env.get("ML_ASSETS_EXECUTOR", "in_process").strip() or "in_process"
-    if executor not in EXECUTORS:
-        raise SettingsError(f"ML_ASSETS_EXECUTOR={executor!r} is not one of {list(EXECUTORS)}")
+    version_store = _choice(env, "ML_ASSETS_VERSION_STORE", VERSION_STORES)
+    executor = _choice(env, "ML_ASSETS_EXECUTOR", EXECUTORS)
+    _choice(env, RANK_START_ENV, RANK_STARTS)  # read where ranks start (ml_assets.trainer.zygote)
     teams = _teams(env.get("ML_ASSETS_TEAMS", ""))
     counts = {}
     for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):

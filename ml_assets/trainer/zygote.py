@@ -61,6 +61,8 @@ PRELOAD = ("numpy", "polars", "pyarrow", "pyarrow.parquet", "fsspec", "torch", "
            "torch.distributed.fsdp", "torch.distributed.device_mesh", "torch.nn.parallel", "torch.utils.checkpoint",
            "torch.utils.data", "safetensors.torch", "xgboost", "dagster_pipes")
 """Installed libraries the trainer imports (never ml_assets: it must be read fresh for every rank)."""
+RANK_START_ENV = "ML_ASSETS_RANK_START"
+"""``exec``: no zygote; every rank is a new process (ml_assets.settings documents it)."""
 ROOM_ENV = "ML_ASSETS_ZYGOTE_ROOM"
 ARGV_ROOM, ENV_ROOM = 4096, 65536
 """Bytes the zygote's own command line and environment reserve, in which each forked rank writes its own."""
@@ -267,8 +269,12 @@ _owned: dict[int, tuple[subprocess.Popen, str]] = {}
 def address() -> str | None:
     """The socket of the zygote this process's trainings fork from: the one ``SOCKET_ENV`` names
     (its owner is further up: the run launcher), else one this process starts on first use (it
-    ends with this process). None when none could be started (the ranks are then started directly)."""
-    if not sys.platform.startswith("linux"):  # SO_PEERCRED, /proc and the parent-death signal
+    ends with this process). None under ``ML_ASSETS_RANK_START=exec``, off Linux, or when none
+    could be started: the ranks are then started directly."""
+    how = os.environ.get(RANK_START_ENV, "").strip()
+    if how not in ("", "fork", "exec"):
+        raise ValueError(f"{RANK_START_ENV}={how!r} is not one of ['fork', 'exec']")
+    if how == "exec" or not sys.platform.startswith("linux"):  # SO_PEERCRED, /proc, the parent-death signal
         return None
     given = os.environ.get(SOCKET_ENV, "")
     if given and os.path.exists(given):

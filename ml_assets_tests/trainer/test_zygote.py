@@ -115,3 +115,16 @@ def test_the_zygote_ends_with_the_process_that_started_it(tmp_path):
         toy.wait_for(lambda: not os.path.exists(os.path.dirname(path)), 5, "its socket's directory to go")
     finally:
         owner.kill()
+
+
+def test_rank_start_exec_means_no_zygote_and_a_bad_value_is_named(monkeypatch, tmp_path):
+    from ml_assets.settings import SettingsError, load_settings
+
+    monkeypatch.setenv(zygote.RANK_START_ENV, "exec")
+    assert zygote.address() is None
+    monkeypatch.setenv(zygote.RANK_START_ENV, "spawn")
+    with pytest.raises(ValueError, match="ML_ASSETS_RANK_START='spawn'"):
+        zygote.address()
+    monkeypatch.setenv("ML_ASSETS_HOME", str(tmp_path))
+    with pytest.raises(SettingsError, match="ML_ASSETS_RANK_START='spawn' is not one of"):
+        load_settings()
