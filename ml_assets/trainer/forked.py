@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         _start_here(args, f"{zygote.SOCKET_ENV} is not set", rank)
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(path)
+        sock.connect(zygote.socket_address(path))
         zygote.send_request(sock, {"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "path": sys.path,
                                    "executable": sys.executable, "version": sys.version}, _streams())
         replies = sock.makefile("rb")

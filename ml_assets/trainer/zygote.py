@@ -24,8 +24,8 @@ The zygote never computes, starts no Python thread and never touches CUDA, so a 
 forked rank starts whatever native threads and devices it uses itself. It lives as long as the process
 that started it (``ml_assets.processes.follow_parent``): a training step's process, a benchmark's
 worker, or the production run launcher, which hands its zygote to every run worker it starts
-(``SOCKET_ENV``). Only the same user may connect (the socket lives in a 0700 directory, and the
-peer's uid is checked). A client that finds no zygote, or one running another Python, starts the
+(``SOCKET_ENV``). Only the same user may connect (the peer's uid is checked; the socket is abstract, so
+nothing is left on disk however the zygote dies). A client that finds no zygote, or one running another Python, starts the
 rank itself instead (``exec``), saying why on stderr.
 
 Stdlib and ``ml_assets.processes`` only, like the trainer's other entry points.
@@ -40,21 +40,22 @@ import importlib
 import json
 import os
 import runpy
+import secrets
+import select
 import selectors
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
-import time
 import traceback
 
 from ml_assets import processes
 
 SOCKET_ENV = "ML_ASSETS_TRAINER_ZYGOTE"
-"""The path of a zygote's socket that processes below its owner use instead of starting their own."""
+"""The address of a zygote's socket that processes below its owner use instead of starting their own:
+``@NAME`` for a Linux abstract socket (what ``start`` makes: nothing on disk to leave behind, however
+the zygote dies), else a filesystem path."""
 PRELOAD = ("numpy", "polars", "pyarrow", "pyarrow.parquet", "fsspec", "torch", "torch.distributed",
            "torch.distributed.run", "torch.distributed.checkpoint", "torch.distributed.checkpoint.state_dict",
            "torch.distributed.checkpoint.state_dict_saver", "torch.distributed.checkpoint._fsspec_filesystem",
@@ -108,7 +109,7 @@ class Server:
 
     def __init__(self, path: str) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
+        self.listener.bind(socket_address(path))
         self.listener.listen(64)  # clients queue here while the libraries import
         self.children: dict[int, socket.socket] = {}
         self.wake_read, self.wake_write = os.pipe()
@@ -277,10 +278,10 @@ def address() -> str | None:
     if how == "exec" or not sys.platform.startswith("linux"):  # SO_PEERCRED, /proc, the parent-death signal
         return None
     given = os.environ.get(SOCKET_ENV, "")
-    if given and os.path.exists(given):
-        return given
+    if given and (given.startswith("@") or os.path.exists(given)):
+        return given  # a worker that cannot reach it starts its rank itself
     mine = _owned.get(os.getpid())
-    if mine and mine[0].poll() is None and os.path.exists(mine[1]):
+    if mine and mine[0].poll() is None:
         return mine[1]
     process, path = start()
     if path is not None:
@@ -304,24 +305,36 @@ def cpu_seconds() -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def socket_address(address: str) -> str:
+    """What ``socket.bind``/``connect`` take for ``address``: ``@NAME`` is the abstract ``\\0NAME``."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
 def start(timeout: float = 30.0) -> tuple[subprocess.Popen, str | None]:
-    """A zygote owned by this process, and its socket's path once it listens (None if it did not)."""
-    directory = tempfile.mkdtemp(prefix="ml-assets-zygote-")  # 0700: this user's only
-    path = os.path.join(directory, "socket")
+    """A zygote owned by this process, and its address once it listens (None if it did not). Its
+    socket is abstract, named at random; only this user may use it (the peer's uid is checked)."""
+    address = f"@ml-assets-zygote-{secrets.token_hex(16)}"
+    ready_read, ready_write = os.pipe()
     env = processes.child_env({**os.environ, ROOM_ENV: "x" * ENV_ROOM})
     env.pop(SOCKET_ENV, None)
-    process = subprocess.Popen([sys.executable, "-m", "ml_assets.trainer.zygote", path, " " * ARGV_ROOM],
-                               env=env, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):  # it listens before it imports: milliseconds
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process, path)
-            return process, None
-        time.sleep(0.005)
-    return process, path
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "ml_assets.trainer.zygote", address, str(ready_write),
+                                    " " * ARGV_ROOM], env=env, stdin=subprocess.DEVNULL, pass_fds=(ready_write,))
+    finally:
+        os.close(ready_write)
+    try:
+        # It listens before it imports (milliseconds), then says so; a zygote that died says nothing.
+        ready, _, _ = select.select([ready_read], [], [], timeout)
+        listening = bool(ready) and os.read(ready_read, 1) == b"1"
+    finally:
+        os.close(ready_read)
+    if not listening:
+        stop(process, address)
+        return process, None
+    return process, address
 
 
-def stop(process: subprocess.Popen, path: str) -> None:
+def stop(process: subprocess.Popen, address: str) -> None:
     if process.poll() is None:
         process.terminate()
         try:
@@ -329,23 +342,29 @@ def stop(process: subprocess.Popen, path: str) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    if not address.startswith("@"):
+        with contextlib.suppress(OSError):
+            os.unlink(address)
 
 
-def _stopped(path: str):
+def _stopped(address: str):
     def handler(_signum, _frame) -> None:
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        if not address.startswith("@"):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
         os._exit(0)
     return handler
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if not args:
-        raise SystemExit("usage: python -m ml_assets.trainer.zygote SOCKET_PATH")
+    if len(args) < 2 or not args[1].isdigit():
+        raise SystemExit("usage: python -m ml_assets.trainer.zygote ADDRESS READY_FD")
     signal.signal(signal.SIGTERM, _stopped(args[0]))  # its owner stopped, or died (the lifeline's signal)
     processes.die_with_parent()  # it lives as long as its owner, and starts no thread to watch it
     server = Server(args[0])
+    os.write(int(args[1]), b"1")
+    os.close(int(args[1]))
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
