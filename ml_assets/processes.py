@@ -38,33 +38,36 @@ ORPHAN_EXIT = 75
 POLL_SECONDS = 0.25
 
 
+def stat_fields(pid: int | str = "self") -> list[str] | None:
+    """/proc/PID/stat's fields from the third (the state) on: field N of proc(5) is index N - 3.
+    None where there is no such process or no /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def start_ticks(pid: int) -> str | None:
     """The process's start time (clock ticks since boot) from /proc: with the pid, it names one
     process even after the pid is reused. None when there is no such live process (a zombie is not
     live); "" where /proc does not exist and the process exists."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    fields = stat_fields(pid)
+    if fields is None:
         if Path("/proc/self/stat").exists():
             return None
         return "" if _exists(pid) else None
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
     if fields[0] in ("Z", "X"):
         return None
     return fields[19]
 
 
-_life_started: str | None = None
-"""A forked rank's life began with its client's (``follow_process``): the start ticks it counts from."""
-
-
 def seconds_alive() -> float | None:
     """Seconds since this process started (its interpreter's start, imports included; for a rank
     forked by the trainer zygote, since its client started), from /proc; None where /proc does not say."""
-    started = _life_started or start_ticks(os.getpid())
+    client = _lifeline.started if _lifeline is not None else None  # a forked rank's life began with its client's
+    started = client or start_ticks(os.getpid())
     if not started:
         return None
     uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -200,8 +203,7 @@ def follow_process(pid: int, started: str, hangup: socket.socket | None = None) 
     longer than the client: when the client ends (``hangup``, the client's connection, closes at
     once; else polled), it ends at once as the client did, freeing what ``before_exit`` frees. Its
     seconds alive count from the client's start. A signal the client gets, it forwards here."""
-    global _lifeline, _life_started
-    _life_started = started
+    global _lifeline
     _lifeline = Lifeline(pid, grace_seconds=0.0, use_prctl=False, started=started, hangup=hangup)
     return _lifeline
 
@@ -210,10 +212,8 @@ def launcher() -> int:
     """The process that started this one as a worker (torchrun's agent, for a rank): the parent, or
     for a rank forked on a client's behalf (``follow_process``), the client's parent."""
     if _lifeline is not None and _lifeline.started is not None:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{_lifeline.parent}/stat").read_text()
-            return int(stat[stat.rindex(")") + 2:].split()[1])
-        return 0
+        fields = stat_fields(_lifeline.parent)
+        return int(fields[1]) if fields else 0
     return os.getppid()
 
 

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ml_assets.project import DgProject, find_project, project_at
+from ml_assets.trainer import zygote
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BUNDLED_MODELS_DIR = PACKAGE_DIR / "models"
@@ -65,8 +66,6 @@ VERSION_STORES = ("local", "lakefs")
 # Pods share no disk: the tuning studies need a database every trial worker and re-run can reach.
 K8S_REQUIRED = ("ML_ASSETS_OPTUNA_STORAGE",)
 EXECUTORS = ("in_process", "multiprocess")
-RANK_START_ENV = "ML_ASSETS_RANK_START"
-RANK_STARTS = ("fork", "exec")
 LAKEFS_VARIABLES = ("LAKEFS_ENDPOINT", "LAKEFS_ACCESS_KEY_ID", "LAKEFS_SECRET_ACCESS_KEY", "LAKEFS_STORAGE_NAMESPACE")
 
 
@@ -212,7 +211,7 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
         (BUNDLED_MODELS_DIR,) if project is not None and project.is_this_checkout else ())
     version_store = _choice(env, "ML_ASSETS_VERSION_STORE", VERSION_STORES)
     executor = _choice(env, "ML_ASSETS_EXECUTOR", EXECUTORS)
-    _choice(env, RANK_START_ENV, RANK_STARTS)  # read where ranks start (ml_assets.trainer.zygote)
+    _choice(env, zygote.RANK_START_ENV, zygote.RANK_STARTS)  # read where ranks start
     teams = _teams(env.get("ML_ASSETS_TEAMS", ""))
     counts = {}
     for name, default in (("ML_ASSETS_MAX_CONCURRENT_STEPS", "4"), ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "30")):

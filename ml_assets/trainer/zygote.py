@@ -64,6 +64,7 @@ PRELOAD = ("numpy", "polars", "pyarrow", "pyarrow.parquet", "fsspec", "torch", "
 """Installed libraries the trainer imports (never ml_assets: it must be read fresh for every rank)."""
 RANK_START_ENV = "ML_ASSETS_RANK_START"
 """``exec``: no zygote; every rank is a new process (ml_assets.settings documents it)."""
+RANK_STARTS = ("fork", "exec")
 ROOM_ENV = "ML_ASSETS_ZYGOTE_ROOM"
 ARGV_ROOM, ENV_ROOM = 4096, 65536
 """Bytes the zygote's own command line and environment reserve, in which each forked rank writes its own."""
@@ -244,11 +245,8 @@ def retitle(argv: list[str], env) -> None:
     memory /proc/PID/cmdline and /proc/PID/environ show, as PostgreSQL's ps display does), within the
     room the zygote's own reserved; what does not fit is left out. Linux only; elsewhere nothing."""
     try:
-        with open("/proc/self/stat") as fh:
-            stat = fh.read()
-        fields = stat[stat.rindex(")") + 2:].split()
-        arg_start, arg_end, env_start, env_end = (int(v) for v in fields[45:49])
-    except (OSError, ValueError, IndexError):
+        arg_start, arg_end, env_start, env_end = (int(v) for v in (processes.stat_fields() or [])[45:49])
+    except ValueError:  # no /proc, or a kernel older than 3.5
         return
     _write(arg_start, arg_end, [a.encode() for a in argv])
     _write(env_start, env_end, [f"{k}={v}".encode() for k, v in env.items() if k != ROOM_ENV])
@@ -272,13 +270,12 @@ def address() -> str | None:
     (its owner is further up: the run launcher), else one this process starts on first use (it
     ends with this process). None under ``ML_ASSETS_RANK_START=exec``, off Linux, or when none
     could be started: the ranks are then started directly."""
-    how = os.environ.get(RANK_START_ENV, "").strip()
-    if how not in ("", "fork", "exec"):
-        raise ValueError(f"{RANK_START_ENV}={how!r} is not one of ['fork', 'exec']")
+    how = os.environ.get(RANK_START_ENV, "").strip() or RANK_STARTS[0]
+    if how not in RANK_STARTS:
+        raise ValueError(f"{RANK_START_ENV}={how!r} is not one of {list(RANK_STARTS)}")
     if how == "exec" or not sys.platform.startswith("linux"):  # SO_PEERCRED, /proc, the parent-death signal
         return None
-    given = os.environ.get(SOCKET_ENV, "")
-    if given and (given.startswith("@") or os.path.exists(given)):
+    if given := os.environ.get(SOCKET_ENV, ""):
         return given  # a worker that cannot reach it starts its rank itself
     mine = _owned.get(os.getpid())
     if mine and mine[0].poll() is None:
@@ -286,7 +283,7 @@ def address() -> str | None:
     process, path = start()
     if path is not None:
         _owned[os.getpid()] = (process, path)
-        atexit.register(stop, process, path)
+        atexit.register(stop, process)
     return path
 
 
@@ -294,15 +291,8 @@ def cpu_seconds() -> float | None:
     """The CPU seconds (user and system) the zygote this process started has used so far: its
     imports, and the forks (each rank's own CPU is the rank's). None if this process has none."""
     mine = _owned.get(os.getpid())
-    if not mine:
-        return None
-    try:
-        with open(f"/proc/{mine[0].pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = processes.stat_fields(mine[0].pid) if mine else None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None
 
 
 def socket_address(address: str) -> str:
@@ -329,12 +319,12 @@ def start(timeout: float = 30.0) -> tuple[subprocess.Popen, str | None]:
     finally:
         os.close(ready_read)
     if not listening:
-        stop(process, address)
+        stop(process)
         return process, None
     return process, address
 
 
-def stop(process: subprocess.Popen, address: str) -> None:
+def stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
         try:
@@ -342,25 +332,12 @@ def stop(process: subprocess.Popen, address: str) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    if not address.startswith("@"):
-        with contextlib.suppress(OSError):
-            os.unlink(address)
-
-
-def _stopped(address: str):
-    def handler(_signum, _frame) -> None:
-        if not address.startswith("@"):
-            with contextlib.suppress(OSError):
-                os.unlink(address)
-        os._exit(0)
-    return handler
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or not args[1].isdigit():
         raise SystemExit("usage: python -m ml_assets.trainer.zygote ADDRESS READY_FD")
-    signal.signal(signal.SIGTERM, _stopped(args[0]))  # its owner stopped, or died (the lifeline's signal)
     processes.die_with_parent()  # it lives as long as its owner, and starts no thread to watch it
     server = Server(args[0])
     os.write(int(args[1]), b"1")

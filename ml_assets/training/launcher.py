@@ -13,7 +13,6 @@ from ml_assets.trainer import zygote
 # What a training runs in its own processes (torchrun's agent and each rank's trainer): part of the
 # code versions of the stages that train.
 TRAINER_ROOTS = ("ml_assets.trainer.__main__", "ml_assets.trainer.agent", "ml_assets.trainer.forked")
-RANK_STARTS = ("fork", "exec")
 
 
 class TrainingPreempted(Exception):
@@ -94,8 +93,8 @@ class TorchrunLauncher(dg.ConfigurableResource):
 
     def _launch(self, env: dict[str, str], config_path: str, nproc: int, max_restarts: int) -> tuple[list[str], dict]:
         """The command and environment of one launch: with the zygote's socket when ranks fork."""
-        if self.rank_start not in RANK_STARTS:
-            raise ValueError(f"TorchrunLauncher: rank_start {self.rank_start!r} is not one of {list(RANK_STARTS)}")
+        if self.rank_start not in zygote.RANK_STARTS:
+            raise ValueError(f"TorchrunLauncher: rank_start {self.rank_start!r} is not one of {list(zygote.RANK_STARTS)}")
         threads = str(self.threads_per_process)
         env = processes.child_env({**env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         socket_path = zygote.address() if self.rank_start == "fork" else None
