@@ -22,7 +22,7 @@ forked rank stands for it in every way that matters:
 
 The zygote never computes, starts no Python thread and never touches CUDA, so a fork is safe: the
 forked rank starts whatever native threads and devices it uses itself. It lives as long as the process
-that started it (``ml_assets.processes.follow_parent``): a training step's process, a benchmark's
+that started it (``ml_assets.processes.die_with_parent``): a training step's process, a benchmark's
 worker, or the production run launcher, which hands its zygote to every run worker it starts
 (``SOCKET_ENV``). Only the same user may connect (the peer's uid is checked; the socket is abstract, so
 nothing is left on disk however the zygote dies). A client that finds no zygote, or one running another Python, starts the
