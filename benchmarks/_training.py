@@ -1,5 +1,9 @@
 """Shared by the training benchmarks: the bundled model's real features as trainer inputs, and the
-trainer run through torchrun exactly as the ``trained_checkpoint`` asset runs it."""
+trainer run through torchrun as the ``trained_checkpoint`` asset runs it, with one difference: the
+ranks here are exec'd (``-m ml_assets.trainer``, the asset's path under ``ML_ASSETS_RANK_START=exec``)
+where the asset forks them from the trainer zygote. The training code is the same; only a rank's
+start differs (seconds of imports instead of milliseconds), which no loop figure here counts.
+benchmarks/retrain_cost.py and benchmarks/orphans.py run the forked path."""
 
 from __future__ import annotations
 

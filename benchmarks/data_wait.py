@@ -8,6 +8,11 @@ every wait for the next batch (and each epoch's one-off gather) against the trai
 and reports the fraction in its metadata. Baseline: the same model and batches in this process, fed
 by ``DataLoader(TensorDataset(...), batch_size, shuffle=True)`` with the wait timed the same way.
 Medians of several runs, taking turns. Goal: ours <= 0.02.
+
+The warm-start policy plays no part here: each training is handed to the trainer with its whole
+window and no parent weights, as a model's first day or a scheduled full retrain
+(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
+benchmarks/retrain_cost.py's measure.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ rows trained by all ranks / training-loop seconds. Runs take turns; ratio of med
 also measures a 16x larger global batch (4096: compute per step outweighs the all-reduce) and
 prints it as ``ddp_scaling_batch4096``; the goal is judged on the spec's own settings.
 Goal: >= 1.7.
+
+The warm-start policy plays no part here: each training is handed to the trainer with its whole
+window and no parent weights, as a model's first day or a scheduled full retrain
+(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
+benchmarks/retrain_cost.py's measure.
 """
 
 from __future__ import annotations

@@ -32,6 +32,12 @@ sample and the change of the model's delta over the best baseline that sampling 
     RESULT evaluation_scale_interval_shift <largest |bound ours - bound today| / MC sd of a bound> goal <= 1
     RESULT evaluation_scale <median evaluation s / median training s at the large volume> goal <= 0.25
 
+The warm-start policy: the training timed is a full one (no parent weights), as on a model's first
+day or a scheduled full retrain. On a fine-tune day the training is shorter (benchmarks/retrain_cost:
+about a quarter of a full one's rank-seconds at the bundled volume) while the evaluation is the same
+plus the champion's paired bootstrap, so on those days it is a larger share of the day's compute;
+that share is not this benchmark's RESULT.
+
 ``--quick``: volumes 1x and 2x, one round, one epoch of training, 2 seeds (a smoke run: its
 figures are not the claim's).
 """

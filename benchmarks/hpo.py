@@ -15,6 +15,9 @@ best over seeds.
 Ends with:
     RESULT hpo_epochs_ratio <pruned/unpruned epochs> goal <= 0.35
     RESULT hpo_best_loss_gap_std <(mean pruned best - mean unpruned best) / std unpruned> goal <= 1
+
+The warm-start policy plays no part here: a tuning study's trials train from scratch (a study
+never starts from a champion's weights), as they do here.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ SIGKILL; the same command is started again and timed until it logs its first ste
 the same command started fresh (no checkpoint): its time to the first step is the fixed cost of a
 start (interpreter, torch, rendezvous, reading features), which a resume cannot avoid.
 Goals: seconds to the first new step <= 30 (worst of the runs); steps lost <= INTERVAL (worst).
+
+The warm-start policy plays no part here: each training (and its resume) is handed to the trainer with its whole
+window and no parent weights, as a model's first day or a scheduled full retrain
+(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
+benchmarks/retrain_cost.py's measure.
 """
 
 from __future__ import annotations

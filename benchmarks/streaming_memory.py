@@ -23,6 +23,11 @@ all-reduce to drown the data path in (docs/training.md: DDP does not scale on 2-
   too: unlike samples/s they hardly move when other work shares the machine.
 
 Runs take turns, several rounds; the ratios are of medians.
+
+The warm-start policy plays no part here: each training is handed to the trainer with its whole
+window and no parent weights, as a model's first day or a scheduled full retrain
+(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
+benchmarks/retrain_cost.py's measure.
 """
 
 from __future__ import annotations

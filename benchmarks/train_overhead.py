@@ -13,6 +13,11 @@ validation pass per epoch, written by hand, with one thread. Each run of either 
 imports), the bare loop started by this module as ``--bare CONFIG``. The runs take turns; the ratio
 of medians is the RESULT (goal >= 0.97). The bare loop gets the trainer's malloc
 settings (ml_assets.trainer.runtime.steady_allocator), so that the ratio measures the trainer's code.
+
+The warm-start policy plays no part here: each training is handed to the trainer with its whole
+window and no parent weights, as a model's first day or a scheduled full retrain
+(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
+benchmarks/retrain_cost.py's measure.
 """
 
 from __future__ import annotations

@@ -208,15 +208,18 @@ class BoostTrainer:
                  + (f" in segments of {self.segment}" if self.sampling else ""))
         started, self._last_save = time.perf_counter(), time.monotonic()
         self._interval = (started, p.step)
-        while p.step < self.total_rounds and not p.done:
-            if self.sampling and p.step % self.segment == 0 and p.step != self.resumed_from and p.step:
-                self.booster = self._booster(bytes(self.booster.save_raw("ubj")), p.step)
-            self.sampler.apply(self.dtrain, p.step)
-            self.booster.update(self.dtrain, self.base_rounds + p.step)  # the round's number in the booster
-            p.step += 1
-            self.stats["rounds"] += 1
-            self._end_round()
-            self._checkpoint_or_stop(stop)
+        try:
+            while p.step < self.total_rounds and not p.done:
+                if self.sampling and p.step % self.segment == 0 and p.step != self.resumed_from and p.step:
+                    self.booster = self._booster(bytes(self.booster.save_raw("ubj")), p.step)
+                self.sampler.apply(self.dtrain, p.step)
+                self.booster.update(self.dtrain, self.base_rounds + p.step)  # the round's number in the booster
+                p.step += 1
+                self.stats["rounds"] += 1
+                self._end_round()
+                self._checkpoint_or_stop(stop)
+        finally:
+            self.sampler.close()
         if not p.done:
             p.done, p.stop_reason = True, f"{self.total_rounds} rounds"
         self.stats["loop_s"] += time.perf_counter() - started

@@ -13,11 +13,16 @@ XGBoost as data:
   XGBoost's ``colsample_bytree`` set so that it draws exactly ``k`` (weighted, without
   replacement): it can only draw the columns of weight 1, so its own generator no longer decides.
 
-The cost is a draw per round over the window's rows (milliseconds for a million rows), against the
+The cost is a draw per round over the window's rows (about 0.1 ms per 50,000 rows), against the
 reload a checkpointed booster would otherwise need at each resume point (benchmarks/xgb_overhead.py).
+The next round's draw is made on a helper thread while XGBoost builds the current tree (it releases
+the GIL), so only setting the weights stays on the training loop's path. A draw depends on (seed,
+round) alone, so which thread makes it changes nothing.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -31,6 +36,8 @@ class Sampler:
         rate = float(params.get("colsample_bytree", 1.0))
         # XGBoost's own count of a tree's columns: int(rate * columns), which it requires to be > 0.
         self.columns = max(1, int(rate * features))
+        self._helper: ThreadPoolExecutor | None = None
+        self._pending: tuple[int, Future] | None = None
 
     @property
     def rows_sampled(self) -> bool:
@@ -45,18 +52,37 @@ class Sampler:
         # (k + 0.5) / n: int() of it times n is exactly k, whatever the float rounding.
         return {"colsample_bytree": (self.columns + 0.5) / self.features} if self.columns_sampled else {}
 
+    def draw(self, round_: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The round's row weights (this rank's rows) and feature weights; None where not sampled."""
+        draw = np.random.Generator(np.random.PCG64([self.seed, round_]))
+        rows = columns = None
+        if self.rows_sampled:
+            rows = (draw.random(self.rows, dtype=np.float32)[self.first:self.last] < self.row_rate).astype(np.float32)
+        if self.columns_sampled:
+            columns = np.zeros(self.features, dtype=np.float32)
+            columns[draw.choice(self.features, self.columns, replace=False)] = 1.0
+        return rows, columns
+
     def apply(self, dtrain, round_: int) -> None:
-        """Set the round's row weights and feature weights on the training matrix."""
+        """Set the round's row weights and feature weights on the training matrix, and start drawing
+        the next round's."""
         if not (self.rows_sampled or self.columns_sampled):
             return
-        draw = np.random.Generator(np.random.PCG64([self.seed, round_]))
-        if self.rows_sampled:
-            kept = draw.random(self.rows, dtype=np.float32)[self.first:self.last] < self.row_rate
-            dtrain.set_info(weight=kept.astype(np.float32))
-        if self.columns_sampled:
-            weights = np.zeros(self.features, dtype=np.float32)
-            weights[draw.choice(self.features, self.columns, replace=False)] = 1.0
-            dtrain.set_info(feature_weights=weights)
+        pending, self._pending = self._pending, None
+        rows, columns = pending[1].result() if pending and pending[0] == round_ else self.draw(round_)
+        if rows is not None:
+            dtrain.set_info(weight=rows)
+        if columns is not None:
+            dtrain.set_info(feature_weights=columns)
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ml-assets-draws")
+        self._pending = (round_ + 1, self._helper.submit(self.draw, round_ + 1))
+
+    def close(self) -> None:
+        """Stop the helper thread (a draw it is making is left to finish)."""
+        if self._helper is not None:
+            self._helper.shutdown(wait=False, cancel_futures=True)
+        self._helper, self._pending = None, None
 
     def unweighted(self, dtrain) -> None:
         """Every row at weight 1 again (the training loss is reported over all rows)."""

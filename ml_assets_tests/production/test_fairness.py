@@ -3,7 +3,7 @@
 The production instance as shipped (ml_assets/instance/production.yaml), with room for 3 runs at
 once: runs that train carry their team (ml_assets/training_team, at most 2 at once per team) and
 their priority (dagster/priority, from the spec; a higher one is dequeued first). Team A backfills
-20 days of its model at low priority; team B submits one retrain of its own model, and A an urgent
+3 days of its model at low priority; team B submits one retrain of its own model, and A an urgent
 retrain of its own. Tiny models, one rank each.
 """
 
@@ -29,7 +29,7 @@ from ml_assets_tests.production.conftest import (
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not POSTGRES, reason="ML_ASSETS_TEST_POSTGRES_URL is not set")]
 
 FIRST = dt.date(2013, 2, 1)
-BACKFILL_DAYS = 5  # two start at once, three wait behind them: enough for the urgent retrain to overtake
+BACKFILL_DAYS = 3  # two start at once, one waits behind them: the urgent retrain must overtake it
 WINDOW = 3
 MAX_RUNS, PER_TEAM = 3, 2
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}

@@ -68,14 +68,16 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
-def test_eight_partition_runs_at_once_through_the_queue(services):
-    """Eight ingest runs submitted together through the GraphQL API: the daemon's queue launches them,
+def test_four_partition_runs_at_once_through_the_queue(services):
+    """Four ingest runs submitted together through the GraphQL API: the daemon's queue launches them,
     each a run worker with the multiprocess executor (chosen by run config; the job's default is
-    in-process), all on one PostgreSQL instance."""
+    in-process), all on one PostgreSQL instance. (The queue's limit of 8 at once is the 24-day
+    backfill's test below; four multiprocess runs, each a process per step, already share the
+    database at once.)"""
     from dagster import DagsterEventType
 
     client = services.graphql()
-    days = [(FIRST + dt.timedelta(days=i)).isoformat() for i in range(8)]
+    days = [(FIRST + dt.timedelta(days=i)).isoformat() for i in range(4, 8)]  # day 7: a window below
     multiprocess = {"execution": {"config": {"multiprocess": {
         "max_concurrent": 2, "start_method": {"forkserver": {"preload_modules": ["ml_assets.deploy.preload"]}}}}}}
     run_ids = [client.submit_job_execution(f"{MODEL}_ingest", run_config=multiprocess, tags={"dagster/partition": day})
