@@ -13,10 +13,7 @@ save of the same >= 100 MB state, and training throughput with periodic checkpoi
 
 Goals: async stall / sync stall <= 0.2; throughput with checkpoints / without >= 0.97.
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

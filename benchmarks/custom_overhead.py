@@ -14,10 +14,7 @@ trainer's code; a third run, the bare loop on glibc's defaults, shows what those
 (a step's activations page-faulted from fresh mmaps, or not, by the process's allocation history).
 The runs take turns; the ratio of medians of samples/s is the RESULT (goal >= 0.97).
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

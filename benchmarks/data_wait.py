@@ -9,10 +9,7 @@ and reports the fraction in its metadata. Baseline: the same model and batches i
 by ``DataLoader(TensorDataset(...), batch_size, shuffle=True)`` with the wait timed the same way.
 Medians of several runs, taking turns. Goal: ours <= 0.02.
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

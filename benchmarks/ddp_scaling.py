@@ -9,10 +9,7 @@ also measures a 16x larger global batch (4096: compute per step outweighs the al
 prints it as ``ddp_scaling_batch4096``; the goal is judged on the spec's own settings.
 Goal: >= 1.7.
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

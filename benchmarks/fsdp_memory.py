@@ -19,10 +19,7 @@ training loop's samples/s of each is printed too (not a goal: FSDP trades collec
 
 Goal: FSDP's bytes per rank / DDP's <= 0.6, with every step's loss within 1e-5 of DDP's.
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ as ``file://`` URLs through the same fsspec code as S3 and the steps' compute lo
    afterwards): runs queued per second, from the runs' creation times; the same on a SQLite
    instance side by side. Three runs each; medians.
 
+Warm start: the spec's ``training.warm_start`` is dropped, so every repetition of the one
+partition trains in full (with it, each after the first would skip: the registry holds a version
+trained from the same feature bytes); the daily decision's cost is benchmarks.retrain_cost's.
+
 ``--quick`` trains a 3-day window for one epoch, once each way, and queues 5 partitions once, on
 PostgreSQL only.
 

@@ -63,7 +63,7 @@ def ranks_of(agent: subprocess.Popen, owner: subprocess.Popen | None) -> list[in
 
 def one_kill(variant: str, moment: str, inputs: dict, cap: float, owner: subprocess.Popen | None) -> float:
     """Seconds from the agent's SIGKILL until its ranks are gone (``cap`` if they are not by then);
-    ``owner``: the zygote that forks the ranks of the "forked" variant."""
+    ``owner``: the zygote that forks this run's ranks (the "forked" variant), else None."""
     with tempfile.TemporaryDirectory(prefix="ml_assets-orphans-") as tmp:
         out = Path(tmp) / "out"
         cfg = TrainConfig(**{**inputs, **spec_training(), "output_dir": str(out), "epochs": 10_000, "batch_size": 32,
@@ -71,7 +71,6 @@ def one_kill(variant: str, moment: str, inputs: dict, cap: float, owner: subproc
         (Path(tmp) / "config.json").write_text(cfg.to_json())
         agent = subprocess.Popen(command(variant, Path(tmp) / "config.json"), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, start_new_session=True, env=child_env(env(1)))
-        owner = owner if variant == "forked" else None
         ranks: list[int] = []
         try:
             while len(ranks := ranks_of(agent, owner)) < (4 if owner else 2):
@@ -117,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
             for moment in moments:
                 for _ in range(repeats):
                     for variant in VARIANTS:  # taking turns
-                        times.setdefault((moment, variant), []).append(one_kill(variant, moment, inputs, cap, owner))
+                        forks = owner if variant == "forked" else None
+                        times.setdefault((moment, variant), []).append(one_kill(variant, moment, inputs, cap, forks))
     finally:
         zygote.stop(owner)
 

@@ -10,10 +10,7 @@ the same command started fresh (no checkpoint): its time to the first step is th
 start (interpreter, torch, rendezvous, reading features), which a resume cannot avoid.
 Goals: seconds to the first new step <= 30 (worst of the runs); steps lost <= INTERVAL (worst).
 
-The warm-start policy plays no part here: each training (and its resume) is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

@@ -24,10 +24,7 @@ all-reduce to drown the data path in (docs/training.md: DDP does not scale on 2-
 
 Runs take turns, several rounds; the ratios are of medians.
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations

@@ -14,10 +14,7 @@ imports), the bare loop started by this module as ``--bare CONFIG``. The runs ta
 of medians is the RESULT (goal >= 0.97). The bare loop gets the trainer's malloc
 settings (ml_assets.trainer.runtime.steady_allocator), so that the ratio measures the trainer's code.
 
-The warm-start policy plays no part here: each training is handed to the trainer with its whole
-window and no parent weights, as a model's first day or a scheduled full retrain
-(``training.warm_start.full_every_days``) runs; what a daily fine-tune costs is
-benchmarks/retrain_cost.py's measure.
+Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
 from __future__ import annotations
