@@ -4,6 +4,7 @@ imports only indirectly changes that stage's version, and leaves a stage that ne
 The edits are made in a copy of the package, imported by a fresh process, so the versions are
 computed from the files as Dagster would see them after a deploy."""
 
+import ast
 import json
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 import ml_assets
-from ml_assets.code_version import closure, imports_of
+from ml_assets.code_version import closure, imported_names, imports_of
 from ml_assets_tests.helpers import BUNDLED_SPEC
 
 PACKAGE = Path(ml_assets.__file__).parent
@@ -94,3 +95,66 @@ def test_the_edited_modules_are_reached_only_through_others():
             assert module not in imports_of(asset_module), f"{asset_module} imports {module} directly"
             if stage not in ("trained_checkpoint", "hyperparameters"):
                 assert module in closure((asset_module,)), f"{asset_module} does not reach {module}"
+
+
+def _ast_reading(tree: ast.Module, module: str, is_package: bool):
+    """The reference: every name an import statement may load, read from the syntax tree."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join([*anchor[: len(anchor) - (node.level - 1)], *([base] if base else [])])
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+        else:
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                todo.extend(getattr(node, name, ()))
+
+
+TRICKY = '''"""A docstring that shows
+import ml_assets.cli
+"""
+from typing import TYPE_CHECKING
+from . import (  # a comment
+    spec,
+    trainer as t,
+)
+import json, ml_assets.lineage as lineage
+if TYPE_CHECKING:
+    from ml_assets.registry import client
+    import ml_assets.audit
+else:
+    from .. import cards
+
+
+def f():
+    x = \'\'\'import ml_assets.demo\'\'\'
+    from ml_assets.runs import \\
+        latest
+'''
+
+
+def test_the_import_scanner_reads_every_module_of_the_package_as_ast_does():
+    files = sorted(Path(ml_assets.__file__).parent.rglob("*.py"))
+    assert len(files) > 150
+    for path in [*files, None]:
+        if path is None:
+            text, module, is_package = TRICKY, "ml_assets.pipeline.x", False
+        else:
+            text = path.read_text()
+            parts = path.relative_to(Path(ml_assets.__file__).parents[1]).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            module, is_package = ".".join(parts[:-1] if is_package else parts), is_package
+        expected = set(_ast_reading(ast.parse(text), module, is_package))
+        assert set(imported_names(text, module, is_package)) == expected, path or "TRICKY"
+    tricky = set(imported_names(TRICKY, "ml_assets.pipeline.x", False))
+    assert {"ml_assets.pipeline.spec", "ml_assets.pipeline.trainer", "ml_assets.lineage", "ml_assets.cards",
+            "ml_assets.runs.latest"} <= tricky
+    assert not tricky & {"ml_assets.cli", "ml_assets.registry.client", "ml_assets.audit", "ml_assets.demo"}
