@@ -5,9 +5,10 @@ queues runs on the production instance.
 
 Needs PostgreSQL (ML_ASSETS_TEST_POSTGRES_URL; .ci/run sets it). Everything is the production
 configuration of docs/deployment.md on loopback: Dagster's instance on a fresh PostgreSQL database
-(ml_assets/instance/production.yaml), ``ml-assets mlflow-server`` on another, artifacts and checkpoints
-as ``file://`` URLs through the same fsspec code as S3 and the steps' compute logs on local disk
-(so object-store latency, the same in both paths, is left out).
+(ml_assets/instance/production.yaml), ``ml-assets mlflow-server`` on another (its artifacts on local
+disk), artifacts and checkpoints in S3 (moto's server on loopback, started by the benchmark: production
+refuses stores on one machine's disk), the steps' compute logs on local disk. Both paths read and
+write the same objects, so the store's latency is in both.
 
 1. The graph. ``flights_delay_daily`` (raw_data -> validated_snapshot -> features ->
    trained_checkpoint -> evaluation_report -> registered_model) for one partition, its training
@@ -70,8 +71,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import boto3
 import dagster as dg
 import yaml
+from moto.server import ThreadedMotoServer
 
 from benchmarks._processes import free_port
 from ml_assets.definitions import build_definitions
@@ -89,6 +92,7 @@ from ml_assets.training.launcher import TorchrunLauncher
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "flights_delay"
+BUCKET = "orchestration"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -283,7 +287,7 @@ def dagster_graph(env: dict[str, str], day: dt.date, checkpoints: str, timeout: 
 
 def production_instance() -> dict:
     """ml_assets/instance/production.yaml, its compute logs kept on local disk (under DAGSTER_HOME) instead
-    of S3: object-store latency is left out here, as for the artifacts and checkpoints."""
+    of S3: the run's log, not part of what either path computes."""
     config = yaml.safe_load(PRODUCTION_INSTANCE.read_text())
     config.pop("compute_logs")
     return config
@@ -301,10 +305,17 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
     (root / "dagster").mkdir()
     (root / "dagster" / "dagster.yaml").write_text(yaml.safe_dump(production_instance()))
     port = free_port()
-    env = {**os.environ, "ML_ASSETS_ENV": "production", "DAGSTER_HOME": str(root / "dagster"),
+    s3_port = free_port()
+    s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
+    s3.start()
+    s3_env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}", "AWS_ACCESS_KEY_ID": "bench",
+              "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"], aws_access_key_id="bench", aws_secret_access_key="bench",
+                 region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    env = {**os.environ, **s3_env, "ML_ASSETS_ENV": "production", "DAGSTER_HOME": str(root / "dagster"),
            "ML_ASSETS_DAGSTER_POSTGRES_URL": dagster_url, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}",
-           "ML_ASSETS_ARTIFACTS_URL": (root / "artifacts").as_uri(),
-           "ML_ASSETS_CHECKPOINTS_URL": (root / "checkpoints" / "setup").as_uri(),
+           "ML_ASSETS_ARTIFACTS_URL": f"s3://{BUCKET}/artifacts",
+           "ML_ASSETS_CHECKPOINTS_URL": f"s3://{BUCKET}/checkpoints/setup",
            "ML_ASSETS_HOME": str(root / "home"), "ML_ASSETS_MODELS_DIR": str(models),
            # Production's MLflow authentication: the runs speak as the platform's identity.
            "MLFLOW_TRACKING_USERNAME": "ml-platform", "MLFLOW_TRACKING_PASSWORD": uuid.uuid4().hex}
@@ -338,7 +349,7 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
         through: list[DagsterRun] = []
 
         def one(kind: str, rep: int) -> None:
-            checkpoints = (root / "checkpoints" / f"{kind}-{rep}").as_uri()
+            checkpoints = f"s3://{BUCKET}/checkpoints/{kind}-{rep}"
             if kind == "plain":
                 seconds, samples_per_s = plain_graph({**env, "ML_ASSETS_CHECKPOINTS_URL": checkpoints}, GRAPH_DAY, window)
                 plain.append(seconds)
@@ -370,6 +381,7 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
                 server.wait(timeout=15)
         drop_database(postgres, dagster_db)
         drop_database(postgres, mlflow_db)
+        s3.stop()
     med = statistics.median
     plain_total = med(sum(p.values()) for p in plain)  # a plain script in a fresh process, imports included
     compute = med(sum(v for k, v in p.items() if k != "imports") for p in plain)  # the stages alone

@@ -21,6 +21,8 @@
     ml-assets paths                                             where the local home keeps everything
     ml-assets schema [--output DIR]                             the spec's JSON schemas, for editors
     ml-assets instance [--production] [--force]                 the package's dagster.yaml into DAGSTER_HOME
+    ml-assets doctor                                            every production service checked before a run: stores,
+                                                                MLflow and its credentials, the Dagster database
     ml-assets mlflow-server [--host H] [--port P]               the production MLflow server, with authentication
     ml-assets mlflow-users create-platform | create-user NAME | grant-platform
                                                                 its identities, as its admin (docs/deployment.md)
@@ -142,7 +144,7 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     from ml_assets.pipeline.graph import ModelGraph, Stage
     from ml_assets.promotion.config import promotion_run_config
     from ml_assets.promotion.record import PromotionRecord
-    from ml_assets.runs import model_defs, report_failure
+    from ml_assets.runs import in_process_tags, model_defs, report_failure
 
     graph = ModelGraph(spec)
     job = model_defs(settings, spec).resolve_job_def(graph.promote_job)
@@ -150,7 +152,7 @@ def move_champion(command: str, model: str, version: str | None, reason: str) ->
     result = job.execute_in_process(
         run_config=promotion_run_config(spec, command, version or "", reason, actor),
         instance=dg.DagsterInstance.get(), raise_on_error=False,
-        tags={"ml_assets/model": spec.name, "ml_assets/promotion": command},
+        tags={"ml_assets/model": spec.name, "ml_assets/promotion": command, **in_process_tags(f"ml-assets {command}")},
     )
     if not result.success:
         return report_failure(result, f"of {graph.promote_job}", f"ml-assets {command}")
@@ -308,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     server.add_argument("--allowed-host", action="append", default=[], dest="allowed_hosts",
                         help="another host:port clients reach the server by (repeatable)")
     mlflow_users.add_parser(sub)
+    sub.add_parser("doctor", help="check every production service a run needs, naming the variable to fix")
     args = parser.parse_args(argv)
     try:
         _dispatch(args)
@@ -321,6 +324,10 @@ def _dispatch(args: argparse.Namespace) -> None:
         from ml_assets.deploy.services import run_mlflow_server
 
         sys.exit(run_mlflow_server(args.host, args.port, args.workers, args.allowed_hosts))
+    if args.command == "doctor":
+        from ml_assets.deploy.doctor import run as doctor
+
+        sys.exit(doctor())
     if args.command == "mlflow-users":
         sys.exit(mlflow_users.run(args.action, args.name))
     if args.command in ("promote", "rollback"):

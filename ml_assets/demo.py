@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 
-from ml_assets.runs import LOG_INFO, model_defs, prepare_home, report_failure
+from ml_assets.runs import LOG_INFO, in_process_tags, model_defs, prepare_home, report_failure
 from ml_assets.settings import BUNDLED_MODELS_DIR, Settings, load_settings
 
 
@@ -51,13 +51,13 @@ def demo(model: str, day: str | None) -> int:
         _say(f"[{i}/{len(days) + 1}] {current}: {' -> '.join(INGEST_STAGES)}")
         result = job.execute_in_process(
             partition_key=current.isoformat(), instance=instance, run_config=LOG_INFO, raise_on_error=False,
-            asset_selection=[graph.key(s) for s in INGEST_STAGES],
+            asset_selection=[graph.key(s) for s in INGEST_STAGES], tags=in_process_tags("ml-assets demo"),
         )
         if not result.success:
             return report_failure(result, f"for {current}", "ml-assets demo")
     _say(f"[{len(days) + 1}/{len(days) + 1}] {target}: all stages (ingest, train, evaluate, register)")
     result = job.execute_in_process(partition_key=target.isoformat(), instance=instance, run_config=LOG_INFO,
-                                    raise_on_error=False)
+                                    raise_on_error=False, tags=in_process_tags("ml-assets demo"))
     if not result.success:
         return report_failure(result, f"for {target}", "ml-assets demo")
     if _refused(result, spec):
@@ -86,7 +86,7 @@ def promote_by_sensor(instance, spec, defs) -> int:
     job = defs.resolve_job_def(graph.promote_job)
     for request in tick.run_requests:
         result = job.execute_in_process(run_config={**request.run_config, **LOG_INFO}, instance=instance,
-                                        tags=request.tags, raise_on_error=False)
+                                        tags={**request.tags, **in_process_tags("ml-assets demo")}, raise_on_error=False)
         if not result.success:
             return report_failure(result, f"of {graph.promote_job}", "ml-assets demo")
     return 0

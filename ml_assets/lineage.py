@@ -137,6 +137,26 @@ def _source_sha(url: str) -> str | None:
     return _sha(data) if data is not None else None
 
 
+def _registered_files(client, mv, weights_sha: str, checks: list[Check]) -> dict:
+    """The version's meta.json; its registered weights and feature state rehashed into ``checks``."""
+    from ml_assets.registry import versions as registry
+    from ml_assets.serving.pyfunc import model_files
+
+    with tempfile.TemporaryDirectory(prefix="ml_assets-lineage-") as tmp:
+        try:
+            files = model_files(registry.download(client, mv, "model", tmp))
+        except registry.RegistryError as exc:
+            raise LineageError(str(exc)) from None
+        meta = json.loads(files[META_FILE].read_bytes())
+        weights = weights_file(meta)  # model.safetensors, or a booster's model.ubj
+        checks.append(Check(f"registered weights (MLflow artifact model/artifacts/{weights})", weights_sha,
+                            _sha(files[weights].read_bytes()), f"{mv.source}/artifacts/{weights}"))
+        checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
+                            meta["feature_state_sha256"], _sha(files[FEATURE_STATE_FILE].read_bytes()),
+                            f"{mv.source}/artifacts/feature_state.json"))
+    return meta
+
+
 def trace(client, store: VersionStore, model: str, version: str | None = None, alias: str | None = None,
           partition: str | None = None, object_paths=None, parents: bool = True) -> Lineage:
     """``parents``: walk a fine-tune's parents too (``Lineage.parents``)."""
@@ -151,17 +171,8 @@ def trace(client, store: VersionStore, model: str, version: str | None = None, a
                                               "dagster_run_url": tags.dagster_run_url},
     })
     checks = lineage.checks
-    with tempfile.TemporaryDirectory(prefix="ml_assets-lineage-") as tmp:
-        from ml_assets.serving.pyfunc import model_files
-
-        files = model_files(Path(client.download_artifacts(run.info.run_id, "model", tmp)))
-        weights_sha, meta = tags.checkpoint_sha256, json.loads(files[META_FILE].read_bytes())
-        weights = weights_file(meta)  # model.safetensors, or a booster's model.ubj
-        checks.append(Check(f"registered weights (MLflow artifact model/artifacts/{weights})", weights_sha,
-                            _sha(files[weights].read_bytes()), f"{mv.source}/artifacts/{weights}"))
-        checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",
-                            meta["feature_state_sha256"], _sha(files[FEATURE_STATE_FILE].read_bytes()),
-                            f"{mv.source}/artifacts/feature_state.json"))
+    weights_sha = tags.checkpoint_sha256
+    meta = _registered_files(client, mv, weights_sha, checks)
     lineage.chain["feature_state_sha256"] = meta["feature_state_sha256"]
     checkpoint_uri = tags.checkpoint_uri
     if checkpoint_uri:

@@ -45,6 +45,18 @@ def model_defs(settings: Settings, spec: ModelSpec) -> dg.Definitions:
     return model_definitions(spec, settings)
 
 
+def in_process_tags(command: str) -> dict[str, str]:
+    """Tags that name this process as the worker of a run it executes itself, so that production's
+    run monitoring watches it instead of trying to resume a run that has no code origin."""
+    import socket
+
+    from ml_assets.processes import start_ticks
+    from ml_assets.records.runs import InProcessRun
+
+    return InProcessRun(pid=os.getpid(), host=socket.gethostname(), started=start_ticks(os.getpid()) or "",
+                        command=command).to_tags()
+
+
 def failure_reasons(result: dg.ExecuteInProcessResult) -> list[str]:
     """Each failed step's reason: the innermost error's message (a dg.Failure's description, the
     exception a stage raised), not Dagster's "Execution of step ... failed"."""
@@ -108,7 +120,8 @@ def backfill(settings: Settings, spec: ModelSpec, start: dt.date, end: dt.date, 
             continue
         print(f"[{i}/{len(days)}] {day}: {' -> '.join(INGEST_STAGES)}", flush=True)
         result = job.execute_in_process(partition_key=day.isoformat(), instance=instance, raise_on_error=False,
-                                        tags={"ml_assets/model": spec.name, "ml_assets/backfill": f"{start}..{end}"})
+                                        tags={"ml_assets/model": spec.name, "ml_assets/backfill": f"{start}..{end}",
+                                              **in_process_tags("ml-assets backfill")})
         if not result.success:
             print(f"{done} day(s) ingested, {skipped} skipped before {day}", file=sys.stderr)
             return report_failure(result, f"for {day}", "ml-assets backfill")

@@ -54,6 +54,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ml_assets.project import DgProject, find_project, project_at
 from ml_assets.trainer import zygote
@@ -171,7 +172,7 @@ class SettingsError(ValueError):
 
 def public_url(url: str) -> str:
     """``url`` without user:password, for links shown in the UI and in alerts."""
-    from urllib.parse import urlsplit, urlunsplit
+    from urllib.parse import urlunsplit
 
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
@@ -181,6 +182,28 @@ def public_url(url: str) -> str:
     if parts.port:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=host))
+
+
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
+
+
+def object_store_url(name: str, value: str) -> str:
+    """``value`` (the variable ``name``'s) without a trailing slash, once parsed as an object store's
+    URL with a bucket: production's stores are shared by every machine, and a local path or
+    ``file://`` URL is one machine's disk. The scheme's filesystem must be installed (s3fs is)."""
+    url = value.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in OBJECT_STORE_SCHEMES or not parts.netloc:
+        raise SettingsError(f"{name}={public_url(url)!r}: production expects an object-store URL with a bucket, such "
+                            f"as s3://bucket/prefix ({', '.join(f'{s}://' for s in OBJECT_STORE_SCHEMES)}); a local "
+                            "path or file:// URL is one machine's disk")
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(parts.scheme.lower())
+    except (ImportError, ValueError) as exc:
+        raise SettingsError(f"{name}={public_url(url)!r}: {exc}") from None
+    return url
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
@@ -233,13 +256,13 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
         raise SettingsError("ML_ASSETS_ENV=k8s needs ML_ASSETS_VERSION_STORE=lakefs: the embedded store's refs live "
                             "on one machine's disk (docs/kubernetes.md)")
     tracking = env["MLFLOW_TRACKING_URI"].strip()
-    if not tracking.startswith(("http://", "https://")):
+    parsed = urlsplit(tracking)
+    if parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
         raise SettingsError(f"MLFLOW_TRACKING_URI={public_url(tracking)!r}: production expects the MLflow server's "
                          "http(s):// address (see docs/deployment.md)")
-    urls = {name: env[name].strip().rstrip("/") for name in ("ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")}
-    for name, url in urls.items():
-        if "://" not in url:
-            raise SettingsError(f"{name}={url!r}: production expects an object-store URL such as s3://bucket/prefix")
+    urls = {name: object_store_url(name, env[name]) for name in ("ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")}
+    if objects := (env.get("ML_ASSETS_OBJECTS_URL") or "").strip():
+        object_store_url("ML_ASSETS_OBJECTS_URL", objects)
     return Settings(environment=environment, home=home, models_dirs=models_dirs, project=project,
                     version_store=version_store, tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],

@@ -60,7 +60,7 @@ from dagster._serdes import ConfigurableClass
 from dagster._serdes.config_class import ConfigurableClassData
 
 from ml_assets.processes import start_ticks
-from ml_assets.records.runs import RunWorker
+from ml_assets.records.runs import InProcessRun, RunWorker
 from ml_assets.trainer import zygote
 
 # Installed libraries only (never the project's code, which must be read fresh for every run): what
@@ -200,6 +200,13 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
 
     def resume_run(self, context: ResumeRunContext) -> None:
         run = context.dagster_run
+        if run.job_code_origin is None:  # a command ran it in its own process: nothing to resume from
+            command = InProcessRun.from_tags(run.tags)
+            who = f"`{command.command}` (pid {command.pid} on {command.host})" if command else "its process"
+            self._instance.report_run_failed(
+                run, f"{who} ran this run in its own process and ended before the run finished; a run "
+                     "executed inside a command cannot be resumed: run the command again")
+            return
         self._kill_group(run)  # what the dead worker started (step processes, torchrun) goes too
         args = ResumeRunArgs(job_origin=run.job_code_origin, run_id=run.run_id,
                              instance_ref=self._instance.get_ref(), set_exit_code_on_failure=True)
@@ -233,7 +240,13 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
         run = self._instance.get_run_by_id(run.run_id) or run  # the latest tags (a resume changes the pid)
+        if (command := InProcessRun.from_tags(run.tags)) is not None:
+            return _in_process_health(command)
         worker = RunWorker.from_tags(run.tags)
+        if worker is None and run.job_code_origin is None:
+            # Someone's own execute_in_process: no process to watch, none to resume; its max runtime
+            # still applies. Reported as lost, run monitoring would try to resume it and fail.
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "an in-process run that names no process: not watched")
         if worker is not None and worker.host and worker.host != socket.gethostname():
             return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"run worker runs on {worker.host}")
         pid, alive = self._worker(run)
@@ -281,3 +294,14 @@ class LocalProcessRunLauncher(RunLauncher, ConfigurableClass):
 
     def dispose(self) -> None:
         self._reap()
+
+
+def _in_process_health(command: InProcessRun) -> CheckRunHealthResult:
+    """A run a command executes in its own process: RUNNING while that process lives."""
+    if command.host and command.host != socket.gethostname():
+        return CheckRunHealthResult(WorkerStatus.RUNNING, f"run in process by `{command.command}` on {command.host}: "
+                                                          "not watched from here")
+    if start_ticks(command.pid) == command.started and command.started:
+        return CheckRunHealthResult(WorkerStatus.RUNNING, run_worker_id=str(command.pid))
+    return CheckRunHealthResult(WorkerStatus.FAILED, f"`{command.command}` (pid {command.pid}), which ran this run in "
+                                                     "its own process, has ended")

@@ -19,8 +19,10 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ml_assets.names import InvalidName, check_mlflow_user_name
+from ml_assets.settings import public_url
 
 BACKEND_VARIABLE = "MLFLOW_BACKEND_STORE_URI"
 ARTIFACTS_VARIABLE = "MLFLOW_ARTIFACTS_DESTINATION"
@@ -48,8 +50,14 @@ def mlflow_server_command(backend_store_uri: str, artifacts_destination: str, ho
     if not backend_store_uri.startswith(("postgresql", "mysql", "sqlite")):
         raise ValueError(f"{BACKEND_VARIABLE} must be a database URL (postgresql://...); "
                          f"got scheme {backend_store_uri.split(':', 1)[0]!r}")
-    if "://" not in artifacts_destination:
-        raise ValueError(f"{ARTIFACTS_VARIABLE} must be an object-store URL such as s3://bucket/mlflow")
+    # The server serves artifacts itself (--serve-artifacts): a file:// destination on its own disk is
+    # valid; a bare path (relative to whatever directory the server starts in) or a bucketless URL is not.
+    destination = urlsplit(artifacts_destination)
+    scheme = destination.scheme.lower()
+    if not scheme or (scheme == "file" and not destination.path.startswith("/")) or \
+            (scheme != "file" and not destination.netloc):
+        raise ValueError(f"{ARTIFACTS_VARIABLE} must be an object-store URL with a bucket, such as s3://bucket/mlflow "
+                         f"(or file:///absolute/path on the server's own disk); got {public_url(artifacts_destination)!r}")
     # The Host header check (DNS rebinding) admits only the names this server is reached by.
     hosts = list(dict.fromkeys([f"{host}:{port}", f"localhost:{port}", f"127.0.0.1:{port}", *(allowed_hosts or [])]))
     # The database URL (with its password) and the destination reach mlflow through its own

@@ -32,6 +32,36 @@ class RunWorker:
         return cls(pid=int(tags[PID_TAG]), host=tags.get(HOST_TAG, ""), started=tags.get(STARTED_TAG, ""))
 
 
+IN_PROCESS_PID_TAG = "ml_assets/in_process_pid"
+IN_PROCESS_HOST_TAG = "ml_assets/in_process_host"
+IN_PROCESS_STARTED_TAG = "ml_assets/in_process_started"
+IN_PROCESS_COMMAND_TAG = "ml_assets/in_process_command"
+
+
+@dataclass(frozen=True, kw_only=True)
+class InProcessRun:
+    """A run a command executes in its own process (``ml-assets backfill``, ``demo``, ``promote``):
+    that process is its worker. Tags of their own, not RunWorker's: the launcher kills a worker's
+    process group, and a command's group is the user's shell job. Run monitoring reads them to tell a
+    command still running from one that died; such a run has no code origin to resume from."""
+
+    pid: int
+    host: str
+    started: str
+    command: str
+
+    def to_tags(self) -> dict[str, str]:
+        return {IN_PROCESS_PID_TAG: str(self.pid), IN_PROCESS_HOST_TAG: self.host,
+                IN_PROCESS_STARTED_TAG: self.started, IN_PROCESS_COMMAND_TAG: self.command}
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> Self | None:
+        if IN_PROCESS_PID_TAG not in tags:
+            return None
+        return cls(pid=int(tags[IN_PROCESS_PID_TAG]), host=tags.get(IN_PROCESS_HOST_TAG, ""),
+                   started=tags.get(IN_PROCESS_STARTED_TAG, ""), command=tags.get(IN_PROCESS_COMMAND_TAG, ""))
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunLabels:
     """What a Dagster run's tags say about what it ran: the model, the partition (or partition

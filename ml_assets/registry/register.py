@@ -172,8 +172,21 @@ def _log_training(client, run_id: str, ckpt: CheckpointRecord, tags: dict[str, s
                            "wall_seconds", "cpu_rank_seconds", "gpu_rank_seconds", "samples_processed")
               if getattr(result, name) is not None]
     metrics = epochs + steps + totals
+    params, tags = _unlogged(client, run_id, params, tags)
     client.log_batch(run_id, params=params[:100], tags=[RunTag(k, v) for k, v in sorted(tags.items())])
     for start in range(100, len(params), 100):  # MLflow's batch limits: 100 params, 1000 metrics
         client.log_batch(run_id, params=params[start:start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start:start + 1000])
+
+
+def _unlogged(client, run_id: str, params: list, tags: dict[str, str]) -> tuple[list, dict[str, str]]:
+    """The params the run does not hold yet. A run is found by its weights' sha256: one an attempt
+    left before it was killed (params logged, no version made) is this attempt's too, and MLflow
+    refuses to change a param. Values that differ (an attempt's own paths) stay as the earlier
+    attempt logged them; the tag names them, and train_config.json holds this attempt's."""
+    held = client.get_run(run_id).data.params
+    differing = sorted(p.key for p in params if p.key in held and held[p.key] != p.value)
+    if differing:
+        tags = {**tags, "ml_assets.params_from_earlier_attempt": ",".join(differing)[:5000]}
+    return [p for p in params if p.key not in held], tags

@@ -180,12 +180,26 @@ def run_json(client: MlflowClient, run_id: str | None, path: str) -> dict | None
             return None
 
 
+def download(client: MlflowClient, mv: ModelVersion, path: str, dest: str | Path) -> Path:
+    """A directory of the version's MLflow run, downloaded; RegistryError naming the version and where
+    its artifacts were when they cannot be read (objects lost behind the registry's back, a store
+    that does not answer), instead of MLflow's traceback."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return Path(client.download_artifacts(mv.run_id, path, str(dest)))
+    except (MlflowException, OSError) as exc:
+        reason = " ".join(str(exc).split())[:300]
+        raise RegistryError(f"{mv.name} version {mv.version}: its artifacts ({mv.source}) cannot be read: "
+                            f"{reason}") from None
+
+
 def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:
     """The version's pyfunc directory, its weights (``model.safetensors``, or a booster's ``model.ubj``,
     as its meta.json names it) checked against the version's sha256 tag."""
     from ml_assets.serving.pyfunc import weights_path
 
-    local = Path(client.download_artifacts(mv.run_id, MLFLOW_MODEL, str(dest)))
+    local = download(client, mv, MLFLOW_MODEL, dest)
     try:
         weights = weights_path(local)
     except (ValueError, OSError) as exc:  # a meta.json that cannot be read or names no known file

@@ -23,7 +23,12 @@ class MlflowTrackingResource(dg.ConfigurableResource):
 
         from mlflow.tracking import MlflowClient
 
+        from ml_assets.resources.retries import say_mlflow_retries
+        from ml_assets.settings import public_url
+
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars in run logs
+        if self.tracking_uri.startswith(("http://", "https://")):
+            say_mlflow_retries(public_url(self.tracking_uri))
 
         return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
 

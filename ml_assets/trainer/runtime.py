@@ -24,6 +24,8 @@ EXIT_PREEMPTED = 75
 EXIT_CONFIG = 2
 EXIT_LEASE = 73
 """The checkpoint directory's lease is held by another training, or was lost (EX_CANTCREAT)."""
+EXIT_STORAGE = 74
+"""A storage fault a restart cannot fix (EX_IOERR; ml_assets.trainer.faults)."""
 
 
 @dataclass(frozen=True)
@@ -190,12 +192,14 @@ def restarts_left() -> int:
         return 0
 
 
-def stop_the_agent() -> None:
+def stop_the_agent(any_rank: bool = False) -> None:
     """A preempted worker must not be restarted in place (the node is going away and the retry will
     resume elsewhere), nor one that may not write its checkpoints: ask the local torchrun agent, our
-    parent (a forked rank's client's), to shut down. One rank per node; never once the agent is gone (the parent is then init
-    or a subreaper)."""
-    if os.environ.get("LOCAL_RANK") != "0" or "TORCHELASTIC_RUN_ID" not in os.environ or processes.orphaned():
+    parent (a forked rank's client's), to shut down. One rank per node (``any_rank``: the rank that met
+    a fault the others may not have); never once the agent is gone (the parent is then init or a
+    subreaper)."""
+    if (os.environ.get("LOCAL_RANK") != "0" and not any_rank) or "TORCHELASTIC_RUN_ID" not in os.environ \
+            or processes.orphaned():
         return
     if (agent := processes.launcher()) > 1:
         os.kill(agent, signal.SIGTERM)

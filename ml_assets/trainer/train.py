@@ -28,6 +28,7 @@ import argparse
 import gc
 import sys
 import time
+import traceback
 from collections.abc import Callable
 
 import torch
@@ -38,11 +39,13 @@ from ml_assets.trainer.channel import Channel
 from ml_assets.trainer.code_pin import ModelContractError
 from ml_assets.trainer.config import TrainConfig
 from ml_assets.trainer.data import read_verified
+from ml_assets.trainer.faults import permanent_fault
 from ml_assets.trainer.report import result_metadata, write_report
 from ml_assets.trainer.runtime import (
     EXIT_CONFIG,
     EXIT_LEASE,
     EXIT_PREEMPTED,
+    EXIT_STORAGE,
     LeaseUnavailable,
     Preempted,
     Runtime,
@@ -133,8 +136,14 @@ def main(argv: list[str] | None = None) -> int:
             code = EXIT_LEASE
             stop_the_agent()
         except BaseException as exc:
-            channel.failed(exc)
-            raise
+            if (fault := permanent_fault(exc)) is None:
+                channel.failed(exc)
+                raise
+            traceback.print_exc()  # the detail, for whoever reads the rank's log
+            channel.warn(fault)
+            channel.report({"kind": "refused", "message": fault})
+            code = EXIT_STORAGE
+            stop_the_agent(any_rank=True)
         else:
             if rt.master:
                 _report_export(cfg, rt, result, channel)

@@ -68,6 +68,17 @@ def _run_tags(context: dg.AssetExecutionContext) -> dict[str, str]:
         return {}
 
 
+def _registered_behind_dagster(context: dg.AssetExecutionContext, graph: ModelGraph, partition: str, holder) -> bool:
+    """The version was registered for this very partition, yet Dagster's latest registered_model of
+    it is not that version: a skip would leave the registry and Dagster disagreeing for good."""
+    from ml_assets.registry.record import RegisteredRecord
+
+    if VersionTags.from_tags(holder.tags).partition != partition:
+        return False
+    recorded = graph.latest(context.instance, RegisteredRecord, partition)
+    return recorded is None or recorded.model_version != str(holder.version)
+
+
 def last_full_attempt(instance: dg.DagsterInstance, graph: ModelGraph, partition: str, days: int) -> str:
     """The latest of the ``days`` partitions before ``partition`` whose training was full (its latest
     checkpoint record says so; one from before decisions was), or ""."""
@@ -93,6 +104,12 @@ def plan(context: dg.AssetExecutionContext, graph: ModelGraph, run: Step, win: W
     retrain = RetrainTags.from_tags(_run_tags(context))
     evidence = retrain is not None and retrain.why == "degradation"
     holder = version_with_inputs(client, spec.name, inputs) if warm is not None and not evidence else None
+    if holder is not None and _registered_behind_dagster(context, graph, run.partition, holder):
+        context.log.warning(
+            f"trained_checkpoint {run.partition}: version {holder.version} holds these inputs and was registered for "
+            "this partition, but Dagster recorded no registered_model of it (a run that ended between the registry "
+            f"and Dagster): training again, so that the same bytes find version {holder.version} and both agree")
+        holder = None
     if holder is not None:
         tags = VersionTags.from_tags(holder.tags)
         return Plan(D.Decision(D.SKIP, f"version {holder.version} (partition {tags.partition or '?'}) was trained "

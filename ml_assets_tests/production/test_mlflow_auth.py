@@ -164,7 +164,10 @@ def test_a_team_user_reads_but_gets_403_for_what_the_platform_identity_may_do(se
 
 @needs_postgres
 @pytest.mark.e2e
-def test_promotion_and_rollback_work_as_the_platform_and_fail_cleanly_as_a_team_user(server, bundled_spec_dict):
+def test_promotion_and_rollback_work_as_the_platform_and_fail_cleanly_as_a_team_user(server, bundled_spec_dict,
+                                                                                      s3_endpoint):
+    import boto3
+
     root, client = server.root, server.client()
     spec = load_spec(write_spec(root / "models", bundled_spec_dict))
     home = root / "home"
@@ -188,8 +191,9 @@ def test_promotion_and_rollback_work_as_the_platform_and_fail_cleanly_as_a_team_
 
     # `ml-assets promote` and `rollback` themselves, in production mode against this server.
     cli = {"ML_ASSETS_ENV": "production", "ML_ASSETS_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"),
-           "ML_ASSETS_MODELS_DIR": str(root / "models"), "ML_ASSETS_ARTIFACTS_URL": (root / "artifacts").as_uri(),
-           "ML_ASSETS_CHECKPOINTS_URL": (root / "checkpoints").as_uri()}
+           "ML_ASSETS_MODELS_DIR": str(root / "models"), "ML_ASSETS_ARTIFACTS_URL": "s3://ml-assets-auth/artifacts",
+           "ML_ASSETS_CHECKPOINTS_URL": "s3://ml-assets-auth/checkpoints", "AWS_ENDPOINT_URL": s3_endpoint}
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="ml-assets-auth")
     for args in (("promote", MODEL, v2, "--reason", "mine now"), ("rollback", MODEL, "--reason", "mine before")):
         team = server.as_(server.team, *args, **cli)
         assert team.returncode == 1, team.stdout + team.stderr
@@ -303,3 +307,13 @@ def test_the_server_refuses_to_start_without_what_its_authentication_needs(tmp_p
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert list(tmp_path.iterdir()) == []  # no configuration written for a server that does not start
+
+
+@pytest.mark.parametrize("destination", ["/var/lib/mlflow", "mlartifacts", "s3:///mlflow", "file:relative"])
+def test_the_server_command_refuses_an_artifacts_destination_that_is_not_a_url_with_a_place(destination):
+    from ml_assets.deploy.services import mlflow_server_command
+
+    with pytest.raises(ValueError, match="MLFLOW_ARTIFACTS_DESTINATION must be an object-store URL with a bucket"):
+        mlflow_server_command("postgresql+psycopg://mlflow@127.0.0.1/mlflow", destination)
+    for good in ("s3://bucket/mlflow", "file:///var/lib/mlflow"):  # the server serves its own disk's files
+        assert mlflow_server_command("postgresql+psycopg://mlflow@127.0.0.1/mlflow", good)[1] == "server"

@@ -303,3 +303,79 @@ def test_a_24_day_backfill_through_the_queue_publishes_every_day(services):
         log = services.log(name)
         assert "database is locked" not in log and "OperationalError" not in log, log[-3000:]
     print(f"backfill of {len(days)} days: {took:.0f} s, at most {overlap} runs at once")
+
+
+def backfill_cli(services, start: str, end: str, **popen):
+    import subprocess
+
+    args = [str(VENV_BIN / "ml-assets"), "backfill", MODEL, "--start", start, "--end", end]
+    if popen:
+        return subprocess.Popen(args, env=services.env, cwd=REPO, **popen)
+    return subprocess.run(args, env=services.env, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_ml_assets_backfill_works_under_run_monitoring_and_a_killed_command_fails_its_run_with_its_name(services):
+    """`ml-assets backfill` against the production instance runs each day in its own process. Run
+    monitoring (polling every 2 s) watches that process as the run's worker: it leaves the runs of a
+    live command alone, and fails the run of a command killed mid-run naming the command, instead of
+    resuming a run that has no code origin (which failed every run once its monitoring looked)."""
+    import subprocess
+
+    from dagster import DagsterEventType, RunsFilter
+
+    done = backfill_cli(services, "2013-04-01", "2013-04-01")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    with services.instance() as instance:
+        runs = instance.get_runs(RunsFilter(tags={"ml_assets/backfill": "2013-04-01..2013-04-01"}))
+        assert [r.status.value for r in runs] == ["SUCCESS"]
+        for run in runs:
+            assert not [e for e in instance.all_logs(run.run_id) if "Resuming run" in (e.message or "")]
+    daemon = services.log("daemon")
+    assert any(f"Checking run {run.run_id}" in daemon for run in runs), "run monitoring never looked at the runs"
+
+    cli = backfill_cli(services, "2013-04-02", "2013-04-02", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with services.instance() as instance:
+            started = wait_for(lambda: [r for r in instance.get_runs(RunsFilter(
+                tags={"ml_assets/backfill": "2013-04-02..2013-04-02"})) if r.status.value == "STARTED"], 120,
+                "the command's run to start")
+            os.kill(cli.pid, signal.SIGKILL)
+            cli.wait()
+            run_id = started[0].run_id
+            wait_for(lambda: instance.get_run_by_id(run_id).status.value == "FAILURE", 60,
+                     "run monitoring to fail the killed command's run")
+            failure = instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)[-1].message
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert "`ml-assets backfill`" in failure and f"pid {cli.pid}" in failure and "run the command again" in failure, failure
+    assert "job_origin" not in services.log("daemon")
+    again = backfill_cli(services, "2013-04-02", "2013-04-02")
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert "1 day(s) ingested" in again.stdout
+
+
+def test_doctor_checks_each_service_and_names_the_variable_to_fix(services):
+    import subprocess
+
+    def doctor(**override: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(VENV_BIN / "ml-assets"), "doctor"], env={**services.env, **override}, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+
+    healthy = doctor()
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    # The three stores, the MLflow server, the instance's PostgreSQL.
+    assert sum(line.startswith("ok ") for line in healthy.stdout.splitlines()) == 5, healthy.stdout
+    assert healthy.stdout.strip().endswith("every service answers")
+
+    broken = doctor(ML_ASSETS_CHECKPOINTS_URL="s3://no-such-bucket/checkpoints", MLFLOW_TRACKING_PASSWORD="wrong",
+                    ML_ASSETS_DAGSTER_POSTGRES_URL="postgresql+psycopg2://postgres@127.0.0.1:1/dagster")
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    failed = [line for line in broken.stdout.splitlines() if line.startswith("FAILED")]
+    assert [line.split()[1] for line in failed] == ["ML_ASSETS_CHECKPOINTS_URL", "MLFLOW_TRACKING_URI",
+                                                    "ML_ASSETS_DAGSTER_POSTGRES_URL"], broken.stdout
+    assert "the bucket does not exist" in broken.stdout and "fix ML_ASSETS_CHECKPOINTS_URL" in broken.stdout
+    assert "refused the identity MLFLOW_TRACKING_USERNAME=ml-platform (HTTP 401)" in broken.stdout, broken.stdout
+    assert "fix ML_ASSETS_DAGSTER_POSTGRES_URL" in broken.stdout
+    assert broken.stderr.strip().splitlines()[-1] == (
+        "ml-assets doctor: 3 check(s) failed; a run would fail on the first of them")

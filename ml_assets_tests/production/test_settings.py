@@ -28,7 +28,14 @@ def test_production_names_every_missing_variable():
 
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("MLFLOW_TRACKING_URI", "sqlite:///x.db", "expects the MLflow server's http"),
+    ("MLFLOW_TRACKING_URI", "http://", "expects the MLflow server's http"),
     ("ML_ASSETS_ARTIFACTS_URL", "/var/lib/artifacts", "expects an object-store URL"),
+    # The check parses the URL: it once only looked for "://", so file:// (one machine's disk) passed.
+    ("ML_ASSETS_CHECKPOINTS_URL", "file:///var/lib/checkpoints", "ML_ASSETS_CHECKPOINTS_URL='file:///var/lib/checkpoints': "
+                                                                 "production expects an object-store URL with a bucket"),
+    ("ML_ASSETS_CHECKPOINTS_URL", "s3:///no-bucket", "expects an object-store URL with a bucket"),
+    ("ML_ASSETS_OBJECTS_URL", "local://objects", "ML_ASSETS_OBJECTS_URL='local://objects': production expects"),
+    ("ML_ASSETS_ARTIFACTS_URL", "gs://bucket/artifacts", "ML_ASSETS_ARTIFACTS_URL='gs://bucket/artifacts': .*gcsfs"),
     ("ML_ASSETS_MAX_CONCURRENT_STEPS", "0", "is not a positive integer"),
     ("ML_ASSETS_ALERT_INTERVAL_SECONDS", "soon", "is not a positive integer"),
 ])

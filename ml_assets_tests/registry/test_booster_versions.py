@@ -245,6 +245,27 @@ def test_lineage_rehashes_the_registered_model_ubj(registered, tracking):
     assert traced.chain["checkpoint"]["meta"]["xgboost_version"]
 
 
+def test_a_version_whose_artifacts_are_gone_is_refused_in_one_line_naming_it(registered, tracking, tmp_path):
+    """Objects lost behind the registry's back (a store restored without them): loading, lineage and
+    audit say which version and where, instead of MLflow's "Failed to download artifacts" traceback."""
+    from ml_assets import lineage
+    from ml_assets.registry.versions import RegistryError, download_model
+
+    client = tracking.client()
+    mv = client.get_model_version(NAME, registered.model_version)
+    stored = Path(mv.source.removeprefix("file://"))
+    stored.rename(tmp_path / "moved")
+    try:
+        with pytest.raises(RegistryError) as raised:
+            download_model(client, mv, tmp_path / "download")
+        assert str(raised.value).startswith(f"{NAME} version {mv.version}: its artifacts ({mv.source}) cannot be read: ")
+        assert "\n" not in str(raised.value)
+        with pytest.raises(lineage.LineageError, match=f"{NAME} version {mv.version}: its artifacts"):
+            lineage.trace(client, _NoStore(), NAME, version=registered.model_version)
+    finally:
+        (tmp_path / "moved").rename(stored)
+
+
 def test_loading_and_predicting_import_only_what_the_requirements_name(model_dir, tmp_path):
     """What `mlflow models serve` installs (requirements.txt) covers what a booster's model imports."""
     probe = subprocess.run([sys.executable, "-c", SERVING_PROBE, str(model_dir)], capture_output=True, text=True,

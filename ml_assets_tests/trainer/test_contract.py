@@ -514,12 +514,17 @@ def torchrun_runs(tmp_path_factory) -> dict:
         "bad": write_config(root / "bad.json", data, output_dir=str(root / "bad_out"),
                             checkpoint_dir=str(root / "bad_ckpt"), model_factory=f"{bad}.model:build",
                             model_code_path=code_path, epochs=1, precision="fp32"),
+        # A store it may not write (sysfs refuses even root): a fault no restart fixes.
+        "forbidden": write_config(root / "forbidden.json", data, output_dir=str(root / "forbidden_out"),
+                                  checkpoint_dir=f"/sys/ml_assets_{root.name}", model_factory=f"{good}.model:build",
+                                  model_params={"width": 6}, model_code_path=code_path, epochs=1, precision="fp32"),
     }
     procs = {}
     for which in runs:
         with (root / f"{which}.log").open("w") as log:
-            procs[which] = subprocess.Popen(torchrun_args(root / f"{which}.json"), stdout=subprocess.DEVNULL,
-                                            stderr=log, env=cli_env(OMP_NUM_THREADS="1"))
+            procs[which] = subprocess.Popen(torchrun_args(root / f"{which}.json",
+                                                          max_restarts=2 if which == "forbidden" else 0),
+                                            stdout=subprocess.DEVNULL, stderr=log, env=cli_env(OMP_NUM_THREADS="1"))
     try:
         codes = {which: proc.wait(timeout=240) for which, proc in procs.items()}
     finally:
@@ -569,3 +574,33 @@ def test_torchrun_refuses_a_wrong_output_shape_naming_it_and_writes_nothing(torc
     assert f"model.module: {torchrun_runs['bad']}.model:build's module returned shape [4, 3]" in log, log[-3000:]
     assert "binary_classification needs [4]" in log
     assert not (root / "bad_out").exists() and not (root / "bad_ckpt").exists()
+
+
+@pytest.mark.torchrun
+def test_a_store_the_rank_may_not_write_fails_at_once_with_its_reason_and_no_restart(torchrun_runs):
+    log = torchrun_runs["logs"]["forbidden"]
+    assert torchrun_runs["codes"]["forbidden"] != 0, log[-3000:]
+    assert "a storage fault writing /sys/ml_assets_" in log and "a restart cannot fix it" in log, log[-3000:]
+    # torchrun was allowed two restarts and used none: one rank start, no second attempt.
+    assert "Restarting worker group" not in log and log.count("torchrun restarts it") == 0, log[-3000:]
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (OSError(28, "No space left on device", "/ckpt/step-40/w.pt"), "writing /ckpt/step-40/w.pt: no space left"),
+    (PermissionError(13, "Permission denied"), "permission denied"),
+    (FileNotFoundError("The specified bucket does not exist"), "the bucket does not exist"),
+    (OSError(122, "Disk quota exceeded"), "the disk quota is exceeded"),
+])
+def test_permanent_storage_faults_are_recognised_through_their_causes(error, said):
+    from ml_assets.trainer.faults import permanent_fault
+
+    try:
+        try:
+            raise error
+        except OSError as inner:
+            raise RuntimeError("checkpoint save failed") from inner
+    except RuntimeError as outer:
+        assert said in permanent_fault(outer)
+    for transient in (ConnectionResetError(104, "Connection reset by peer"), FileNotFoundError(2, "gone", "/x"),
+                      TimeoutError("read timed out"), RuntimeError("NCCL error")):
+        assert permanent_fault(transient) is None

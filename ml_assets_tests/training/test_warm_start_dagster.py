@@ -103,6 +103,17 @@ def test_partitions_fine_tune_the_champion_then_retrain_on_schedule_and_rebuild_
     [event] = evidence.asset_materializations_for_node("flights_delay__trained_checkpoint")
     assert event.metadata["training_decision"].value == "full"
     assert "retraining on evidence" in event.metadata["training_decision_reason"].value
+    # The registry ahead of Dagster (a run killed after MLflow made the version, before Dagster recorded
+    # it): the re-run does not skip, and the same bytes are recorded as the version that holds them.
+    versions = {v.version for v in client.search_model_versions("name='flights_delay'")}
+    holder = str(min(int(v.version) for v in client.search_model_versions(
+        f"name='flights_delay' and tags.partition='{PARTITIONS[3].isoformat()}'")))
+    instance.wipe_assets([key("registered_model")])  # SQLite's event log wipes whole assets only
+    recovered = daily.execute_in_process(partition_key=PARTITIONS[3].isoformat(), instance=instance)
+    assert recovered.asset_materializations_for_node("flights_delay__trained_checkpoint")
+    [registered] = recovered.asset_materializations_for_node("flights_delay__registered_model")
+    assert registered.metadata["model_version"].value == holder
+    assert {v.version for v in client.search_model_versions("name='flights_delay'")} == versions
 
     store = LocalVersionStore(settings.version_store_root)
     lineage = trace(client, store, "flights_delay", version="3")
