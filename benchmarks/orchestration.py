@@ -58,6 +58,7 @@ import datetime as dt
 import importlib
 import inspect
 import json
+import logging
 import os
 import signal
 import statistics
@@ -306,6 +307,7 @@ def graph_benchmark(postgres: str, root: Path, quick: bool) -> tuple[float, floa
     (root / "dagster" / "dagster.yaml").write_text(yaml.safe_dump(production_instance()))
     port = free_port()
     s3_port = free_port()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     s3 = ThreadedMotoServer(ip_address="127.0.0.1", port=s3_port, verbose=False)
     s3.start()
     s3_env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}", "AWS_ACCESS_KEY_ID": "bench",
