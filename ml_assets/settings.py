@@ -261,12 +261,11 @@ def load_settings(environ: Mapping[str, str] | None = None, project_root: Path |
         raise SettingsError(f"MLFLOW_TRACKING_URI={public_url(tracking)!r}: production expects the MLflow server's "
                          "http(s):// address (see docs/deployment.md)")
     urls = {name: object_store_url(name, env[name]) for name in ("ML_ASSETS_ARTIFACTS_URL", "ML_ASSETS_CHECKPOINTS_URL")}
-    if objects := (env.get("ML_ASSETS_OBJECTS_URL") or "").strip():
-        object_store_url("ML_ASSETS_OBJECTS_URL", objects)
+    objects = (env.get("ML_ASSETS_OBJECTS_URL") or "").strip()
     return Settings(environment=environment, home=home, models_dirs=models_dirs, project=project,
                     version_store=version_store, tracking_uri=tracking, artifacts_url=urls["ML_ASSETS_ARTIFACTS_URL"],
                     checkpoints_url=urls["ML_ASSETS_CHECKPOINTS_URL"],
-                    objects_url=(env.get("ML_ASSETS_OBJECTS_URL") or "").strip().rstrip("/") or None,
+                    objects_url=object_store_url("ML_ASSETS_OBJECTS_URL", objects) if objects else None,
                     executor=executor, teams=teams, max_concurrent_steps=counts["ML_ASSETS_MAX_CONCURRENT_STEPS"],
                     alert_interval_seconds=counts["ML_ASSETS_ALERT_INTERVAL_SECONDS"],
                     k8s_training_defaults=_json_object(env, "ML_ASSETS_K8S_TRAINING_DEFAULTS"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ml_assets.settings import Settings, load_settings, public_url
@@ -96,16 +96,15 @@ def dagster_postgres(url: str) -> Finding:
     return Finding(what)
 
 
-def checks(settings: Settings, env: Mapping[str, str]) -> list[Callable[[], Finding]]:
-    found: list[Callable[[], Finding]] = []
+def findings(settings: Settings, env: Mapping[str, str]) -> Iterator[Finding]:
+    """Each check's finding, as it is made (a slow service shows which one the doctor waits on)."""
     for name, field in STORES:
         if (url := getattr(settings, field)) is not None:
-            found.append(lambda name=name, url=url: store(name, url))
+            yield store(name, url)
     if settings.tracking_uri:
-        found.append(lambda: mlflow(settings.tracking_uri))
-    if env.get(DAGSTER_POSTGRES, "").strip():
-        found.append(lambda: dagster_postgres(env[DAGSTER_POSTGRES].strip()))
-    return found
+        yield mlflow(settings.tracking_uri)
+    if url := env.get(DAGSTER_POSTGRES, "").strip():
+        yield dagster_postgres(url)
 
 
 def run(env: Mapping[str, str] | None = None) -> int:
@@ -119,8 +118,7 @@ def run(env: Mapping[str, str] | None = None) -> int:
     # One attempt each: the doctor reports a server that does not answer, it does not wait it out.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     failed = 0
-    for check in checks(settings, env):
-        finding = check()
+    for finding in findings(settings, env):
         failed += bool(finding.problem)
         print(f"{'FAILED' if finding.problem else 'ok    '} {finding.what}"
               + (f"\n       {finding.problem}" if finding.problem else ""), flush=True)

@@ -15,7 +15,7 @@ import logging
 import threading
 
 RETRY_LOGGER = "urllib3.util.retry"
-_API_PATHS = ("/api/2.0/mlflow", "/api/3.0/mlflow", "/ajax-api/", "/api/2.0/mlflow-artifacts")
+_API_PATHS = ("/api/2.0/mlflow", "/api/3.0/mlflow", "/ajax-api/")  # the first covers /api/2.0/mlflow-artifacts
 _lock = threading.Lock()
 _handler: RetryLines | None = None
 

@@ -32,7 +32,7 @@ def permanent_fault(exc: BaseException) -> str | None:
             if what is None and isinstance(current, FileNotFoundError) and "bucket" in str(current).lower():
                 what = "the bucket does not exist"
             if what is not None:
-                where = f" writing {current.filename}" if current.filename else ""
+                where = f" at {current.filename}" if current.filename else ""
                 return (f"a storage fault{where}: {what} ({current}); a restart cannot fix it, so torchrun does not "
                         "restart the ranks. Fix the store, then run the partition again: it resumes from the last "
                         "complete checkpoint")
