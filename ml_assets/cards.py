@@ -44,6 +44,7 @@ def collect(client, spec: ModelSpec, version: str, promotions: list[dict[str, An
     from ml_assets.registry import versions as registry
 
     mv = registry.get_version(client, spec.name, version)
+    registry.check_loadable(client, mv)  # a card describes a model that can be served, or none
     tags = VersionTags.from_tags(mv.tags)
     champion = registry.by_alias(client, spec.name, registry.CHAMPION)
     found = registry.run_json(client, mv.run_id, f"{MLFLOW_EVALUATION}/evaluation_report.json")

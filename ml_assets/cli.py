@@ -18,6 +18,8 @@
                                                                 days since a full training, 7 days' compute
     ml-assets usage [--team T] [--model M] [--since DAY] [--format table|json]
                                                                 what each team spent: trainings, trials, scoring
+    ml-assets verify [MODEL] [--repair] [--json]                every object of main's history, version and alias whole;
+                                                                --repair rebuilds what sources and records can
     ml-assets paths                                             where the local home keeps everything
     ml-assets schema [--output DIR]                             the spec's JSON schemas, for editors
     ml-assets instance [--production] [--force]                 the package's dagster.yaml into DAGSTER_HOME
@@ -50,6 +52,7 @@ from ml_assets.runs import prepare_home
 from ml_assets.settings import Settings, SettingsError, load_settings
 from ml_assets.usage import command as usage_command
 from ml_assets.validation import command as validation_command
+from ml_assets.verification import command as verify_command
 
 
 def version_store(settings: Settings):
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     _reproduce_parser(sub)
     usage_command.add_parser(sub)
     status_command.add_parser(sub)
+    verify_command.add_parser(sub)
     cli_project.add_parsers(sub)
     server = sub.add_parser("mlflow-server", help="the production MLflow server (PostgreSQL + S3; docs/deployment.md)")
     server.add_argument("--host", default="127.0.0.1")
@@ -348,6 +352,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         sys.exit(usage_command.usage(args.team, args.model, args.since, args.format))
     if args.command == "status":
         sys.exit(status_command.status(args.model, args.format, _client, version_store))
+    if args.command == "verify":
+        sys.exit(verify_command.verify(args.model, args.repair, args.json, _client, version_store))
     if args.command == "lineage":
         sys.exit(lineage(args.model, args.version, args.alias, args.partition, args.json, args.predictions))
     sys.exit(cli_project.dispatch(args))

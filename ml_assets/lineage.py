@@ -147,8 +147,15 @@ def _registered_files(client, mv, weights_sha: str, checks: list[Check]) -> dict
             files = model_files(registry.download(client, mv, "model", tmp))
         except registry.RegistryError as exc:
             raise LineageError(str(exc)) from None
+        if META_FILE not in files or not files[META_FILE].is_file():
+            raise LineageError(f"{mv.name} version {mv.version}: its artifacts ({mv.source}) lack "
+                               f"artifacts/{META_FILE}: it cannot be loaded")
         meta = json.loads(files[META_FILE].read_bytes())
         weights = weights_file(meta)  # model.safetensors, or a booster's model.ubj
+        lost = [name for name in (weights, FEATURE_STATE_FILE) if not files[name].is_file()]
+        if lost:
+            raise LineageError(f"{mv.name} version {mv.version}: its artifacts ({mv.source}) lack "
+                               f"{' and '.join('artifacts/' + n for n in lost)}: it cannot be loaded")
         checks.append(Check(f"registered weights (MLflow artifact model/artifacts/{weights})", weights_sha,
                             _sha(files[weights].read_bytes()), f"{mv.source}/artifacts/{weights}"))
         checks.append(Check("feature state (MLflow artifact model/artifacts/feature_state.json)",

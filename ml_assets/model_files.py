@@ -217,6 +217,16 @@ def select_specs(declared: Sequence[ModelSpec], name: str | None) -> list[ModelS
     return specs
 
 
+def declared_models(settings: Settings, name: str | None) -> list[ModelSpec]:
+    """Every declared model, or only ``name`` (checked first): what a command over one model or all
+    of them reads. SpecError or InvalidName say what is wrong."""
+    from ml_assets.names import check_model_name
+
+    if name is not None:
+        check_model_name(name)
+    return select_specs(load_declared_specs(settings), name)
+
+
 def load_declared_spec(settings: Settings, name: str) -> ModelSpec:
     """Model ``name``'s spec, wherever the settings say models are declared."""
     if settings.models_dirs:

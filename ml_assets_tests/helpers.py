@@ -172,3 +172,36 @@ def flights_files(root: Path, days: list[dt.date]) -> dict:
             "planes": {"path": str(root / "planes.csv"), "format": "csv"},
         },
     }
+
+
+def version_with_files(client, name: str, tags: dict[str, str], artifact_location: Path | None = None,
+                       weights: bytes | None = None):
+    """A version registered as the pipeline registers one: a run in the model's experiment holding
+    ``model/artifacts/`` (meta.json, the weights, the feature state), the version's source in that
+    run, ``tags`` with checkpoint_sha256 and feature_state_sha256 set to those files' sha256, so it
+    loads as promotion checks it. The weights are bytes, not a network: what such a test checks is
+    the registry's bookkeeping. ``artifact_location``: the experiment's, for a client without a
+    server (else MLflow would write under the working directory)."""
+    import hashlib
+    import json
+    import tempfile
+
+    experiment = client.get_experiment_by_name(name)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(
+        name, artifact_location=artifact_location.as_uri() if artifact_location else None)
+    weights = weights if weights is not None else f"weights of {tags.get('partition', '')}".encode()
+    state = b'{"columns": []}'
+    digests = {"checkpoint_sha256": hashlib.sha256(weights).hexdigest(),
+               "feature_state_sha256": hashlib.sha256(state).hexdigest()}
+    run = client.create_run(experiment_id, tags={"partition": tags.get("partition", "")})
+    with tempfile.TemporaryDirectory() as tmp:
+        files = Path(tmp) / "artifacts"
+        files.mkdir()
+        (files / "model.safetensors").write_bytes(weights)
+        (files / "feature_state.json").write_bytes(state)
+        (files / "meta.json").write_text(json.dumps({"weights_file": "model.safetensors",
+                                                     "feature_state_sha256": digests["feature_state_sha256"]}))
+        client.log_artifacts(run.info.run_id, tmp, "model")
+    client.set_terminated(run.info.run_id)
+    return client.create_model_version(name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
+                                       tags={**tags, **digests})

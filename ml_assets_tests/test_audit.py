@@ -2,6 +2,7 @@
 back to the last full training, read from a real MLflow registry (SQLite) whose versions carry the
 tags the pipeline registers (ml_assets.registry.record.VersionTags)."""
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -9,10 +10,20 @@ from mlflow.tracking import MlflowClient
 
 from ml_assets import audit
 from ml_assets.registry.record import VersionTags
+from ml_assets_tests.helpers import version_with_files
 
 MODEL = "flights_delay"
 FULL_REASON = "no @champion of flights_delay to fine-tune yet"
 FINE_REASON = "the champion v{} still fits the window: fine-tuning it on the newest day"
+
+
+def weights(n: int) -> bytes:
+    return f"weights of version {n}".encode()
+
+
+def w(n: int) -> str:
+    """Version ``n``'s weights' sha256."""
+    return hashlib.sha256(weights(n)).hexdigest()
 
 
 def _tags(partition: str, weights: str, days: dict[str, str], decision: str = "", reason: str = "",
@@ -34,18 +45,18 @@ def registry_of_chains(db: Path) -> MlflowClient:
     client = MlflowClient(tracking_uri=f"sqlite:///{db}", registry_uri=f"sqlite:///{db}")
     client.create_registered_model(MODEL)
     versions = [
-        _tags("2013-03-08", "1" * 64, {"2013-03-06": "c06", "2013-03-07": "c07"}, "full", FULL_REASON),
-        _tags("2013-03-09", "2" * 64, {"2013-03-07": "c07", "2013-03-08": "c08"}, "fine_tune", FINE_REASON.format(1),
-              ("1", "1" * 64), "2013-03-08"),
-        _tags("2013-03-10", "3" * 64, {"2013-03-08": "c08b", "2013-03-09": "c09"}, "fine_tune",
-              FINE_REASON.format(2), ("2", "2" * 64), "2013-03-08"),
-        _tags("2013-03-11", "4" * 64, {"2013-03-09": "c09", "2013-03-10": "c10"}, "full", "scheduled: every 3 days"),
-        _tags("2013-03-05", "5" * 64, {"2013-03-04": "c04"}),
-        _tags("2013-03-12", "6" * 64, {"2013-03-11": "c11"}, "fine_tune", FINE_REASON.format(4), ("4", "9" * 64)),
-        _tags("2013-03-13", "7" * 64, {"2013-03-12": "c12"}, "fine_tune", FINE_REASON.format(99), ("99", "8" * 64)),
+        _tags("2013-03-08", w(1), {"2013-03-06": "c06", "2013-03-07": "c07"}, "full", FULL_REASON),
+        _tags("2013-03-09", w(2), {"2013-03-07": "c07", "2013-03-08": "c08"}, "fine_tune", FINE_REASON.format(1),
+              ("1", w(1)), "2013-03-08"),
+        _tags("2013-03-10", w(3), {"2013-03-08": "c08b", "2013-03-09": "c09"}, "fine_tune",
+              FINE_REASON.format(2), ("2", w(2)), "2013-03-08"),
+        _tags("2013-03-11", w(4), {"2013-03-09": "c09", "2013-03-10": "c10"}, "full", "scheduled: every 3 days"),
+        _tags("2013-03-05", w(5), {"2013-03-04": "c04"}),
+        _tags("2013-03-12", w(6), {"2013-03-11": "c11"}, "fine_tune", FINE_REASON.format(4), ("4", "9" * 64)),
+        _tags("2013-03-13", w(7), {"2013-03-12": "c12"}, "fine_tune", FINE_REASON.format(99), ("99", "8" * 64)),
     ]
-    for tags in versions:
-        client.create_model_version(MODEL, source=f"file:///nowhere/{tags['partition']}", tags=tags)
+    for n, tags in enumerate(versions, start=1):
+        version_with_files(client, MODEL, tags, db.parent / "runs", weights=weights(n))
     return client
 
 
@@ -58,17 +69,17 @@ def test_a_fine_tune_lists_its_chain_back_to_the_full_training_and_every_day_it_
     training = audit.training_chain(client, MODEL, "3")
     assert (training["decision"], training["reason"], training["broken"]) == ("fine_tune", FINE_REASON.format(2), None)
     assert [(c["version"], c["partition"], c["decision"], c["weights_sha256"], c["started_from_parent_weights"])
-            for c in training["chain"]] == [("1", "2013-03-08", "full", "1" * 64, None),
-                                            ("2", "2013-03-09", "fine_tune", "2" * 64, True),
-                                            ("3", "2013-03-10", "fine_tune", "3" * 64, True)]
+            for c in training["chain"]] == [("1", "2013-03-08", "full", w(1), None),
+                                            ("2", "2013-03-09", "fine_tune", w(2), True),
+                                            ("3", "2013-03-10", "fine_tune", w(3), True)]
     # Each version's days, by version: a day read again at a new commit shows both commits.
     assert [(d["day"], d["commit"], d["versions"]) for d in training["data_commits"]] == [
         ("2013-03-06", "c06", ["1"]), ("2013-03-07", "c07", ["1", "2"]), ("2013-03-08", "c08", ["2"]),
         ("2013-03-08", "c08b", ["3"]), ("2013-03-09", "c09", ["3"])]
     text = "\n".join(audit.render_training({**training, "fine_tune": None}))
     assert text.startswith(f"## Training: fine_tune\n\nFine-tuned from version 2: {FINE_REASON.format(2)}.")
-    assert f"| 1 | 2013-03-08 | full | `{'1' * 16}` | - |" in text
-    assert f"| 3 | 2013-03-10 | fine_tune | `{'3' * 16}` | yes |" in text
+    assert f"| 1 | 2013-03-08 | full | `{w(1)[:16]}` | - |" in text
+    assert f"| 3 | 2013-03-10 | fine_tune | `{w(3)[:16]}` | yes |" in text
     assert "| 2013-03-07 | c07 | 1, 2 |" in text and "| 2013-03-08 | c08b | 3 |" in text
 
 
@@ -76,7 +87,7 @@ def test_a_fine_tune_that_did_not_start_from_its_parents_registered_weights_says
     training = audit.training_chain(client, MODEL, "6")
     assert [(c["version"], c["started_from_parent_weights"]) for c in training["chain"]] == [("4", None), ("6", False)]
     text = "\n".join(audit.render_training({**training, "fine_tune": None}))
-    assert f"| 6 | 2013-03-12 | fine_tune | `{'6' * 16}` | **NO**: started from {'9' * 16} |" in text
+    assert f"| 6 | 2013-03-12 | fine_tune | `{w(6)[:16]}` | **NO**: started from {'9' * 16} |" in text
 
 
 def test_what_a_fine_tune_trained_on_comes_from_its_registered_decision(client):

@@ -228,6 +228,48 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     assert f"champion          v{version.version} (partition {day.isoformat()}), 0 day(s) behind" in table
     unknown = ml_assets_cli("status", "no_such_model", models_dir=models)
     assert unknown.returncode == 2 and "no model 'no_such_model' is declared here" in unknown.stderr
+    check_verify_finds_and_repairs_lost_bytes(client, settings, version, chain["days"][0], models)
+
+
+def check_verify_finds_and_repairs_lost_bytes(client, settings, version, first_day: dict, models: Path) -> None:
+    """A day's rows deleted from the version store's objects, the version's weights deleted from the
+    registry's artifacts and from the checkpoint store, behind the platform's back: `ml-assets verify`
+    names each with what depends on it, loading refuses the version in one line, and `--repair`
+    re-ingests the day and retrains the version, putting back the same bytes."""
+    from urllib.parse import urlparse
+
+    whole = ml_assets_cli("verify", "flights_delay", models_dir=models)
+    assert whole.returncode == 0 and whole.stdout.startswith("flights_delay: whole: "), whole.stderr[-3000:]
+    day, v = first_day["day"], str(version.version)
+    [rows] = [o for o in first_day["objects"] if o["path"].startswith("rows/")]
+    (settings.version_store_root / "objects" / rows["sha256"][:2] / rows["sha256"][2:]).unlink()
+    registered = Path(urlparse(client.get_model_version("flights_delay", v).source).path) / "artifacts"
+    (registered / "model.safetensors").unlink()
+    checkpoint = Path(version.tags["checkpoint_uri"])
+    checkpoint.unlink()
+
+    found = ml_assets_cli("verify", "flights_delay", models_dir=models)
+    assert found.returncode == 1
+    problems = [line.strip() for line in found.stderr.splitlines() if line.strip().startswith("PROBLEM")]
+    assert f"PROBLEM object {rows['path']}: missing ({rows['sha256'][:12]}" in found.stderr
+    assert any(rows["path"] in p and f"(needed by day {day}, version {v}, @challenger, @champion)" in p
+               for p in problems), problems
+    assert f"PROBLEM version {v}: its artifacts" in found.stderr and "lack artifacts/model.safetensors" in found.stderr
+    assert f"PROBLEM alias @champion: points at version {v}, which cannot load" in found.stderr
+    assert found.stderr.strip().splitlines()[-1].startswith("ml-assets verify: ")
+    assert "`ml-assets verify --repair` rebuilds" in found.stderr.strip().splitlines()[-1]
+    for command in (("audit", "flights_delay"), ("card", "flights_delay")):
+        refused = ml_assets_cli(*command, models_dir=models)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
+        assert "model.safetensors" in refused.stderr and "Traceback" not in refused.stderr
+
+    repaired = ml_assets_cli("verify", "flights_delay", "--repair", models_dir=models)
+    assert repaired.returncode == 0, repaired.stderr[-4000:]
+    assert f"repair: day {day}: ingested, validated and featurized again from its source" in repaired.stdout
+    assert f"repair: version {v}: reproduced bit for bit; restored {checkpoint}" in repaired.stdout
+    assert repaired.stdout.strip().splitlines()[-1].startswith("flights_delay: whole: ")
+    assert hashlib.sha256((registered / "model.safetensors").read_bytes()).hexdigest() == version.tags["checkpoint_sha256"]
+    assert str(client.get_model_version_by_alias("flights_delay", "champion").version) == v
 
 
 def check_promotion_reproduction_and_audit(instance, client, version, day, models, tmp_path) -> None:
@@ -413,6 +455,10 @@ def test_lakefs_backend_end_to_end_through_the_sdk(home, tmp_path, spec_dict):
         assert proc.returncode == 0, proc.stderr[-4000:]
         traced = lineage_cli("flights_delay", "--json", models_dir=models, **env)
         assert traced.returncode == 0, traced.stderr[-3000:]
+        # The store's history walked through lakeFS's API: log, each commit's diff, each object read.
+        verified = ml_assets_cli("verify", "flights_delay", models_dir=models, **env)
+        assert verified.returncode == 0 and verified.stdout.startswith("flights_delay: whole: "), verified.stderr[-3000:]
+        assert re.search(r"whole: \d+ commit\(s\) and [1-9]\d* object\(s\) of flights-delay, 1 version", verified.stdout)
         requests = list(server.requests)
         protection = server.protection["flights-delay"]
         published = [c for c in server.store.log("flights-delay", "main") if c.metadata.get("checks_passed")]

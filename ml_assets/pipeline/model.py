@@ -11,6 +11,7 @@ from ml_assets.pipeline.jobs import (
     build_daily_job,
     build_daily_schedule,
     build_ingest_job,
+    job_tags,
 )
 from ml_assets.promotion.assets import (
     build_production_model,
@@ -33,6 +34,7 @@ from ml_assets.tuning.assets import (
     build_tuning_schedule,
 )
 from ml_assets.validation.assets import build_validated_snapshot
+from ml_assets.verification.job import build_verify_job, build_verify_schedule
 
 # The daily job's assets, by stage.
 BUILDERS = {
@@ -59,10 +61,12 @@ def build_model_defs(spec: ModelSpec, executor: dg.ExecutorDefinition | None = N
     tune = build_tuning_job(spec, tuning, executor)
     predictions, monitor = build_predictions(spec), build_model_monitor(spec)
     score = build_scoring_job(spec, [predictions, monitor], executor)
+    verify = build_verify_job(spec, job_tags(spec, trains=False))
     return dg.Definitions(assets=[*assets, production, tuning, predictions, monitor],
-                          jobs=[job, ingest, promote, tune, score],
+                          jobs=[job, ingest, promote, tune, score, verify],
                           schedules=[*([build_daily_schedule(spec, job)] if spec.retrain.scheduled else []),
-                                     build_tuning_schedule(tune), build_scoring_schedule(spec, score)],
+                                     build_tuning_schedule(tune), build_scoring_schedule(spec, score),
+                                     build_verify_schedule(spec, verify)],
                           sensors=[build_promotion_sensor(spec, promote),
                                    *([build_arrival_sensor(spec, ingest)] if watched(spec) else []),
                                    *([build_retrain_sensor(spec, job)] if spec.retrain.on_degradation else [])])

@@ -108,12 +108,23 @@ def plan(client: MlflowClient, store: VersionStore, spec: ModelSpec, req: Reques
                                    "there is no earlier champion to roll back to")
         mv = registry.get_version(client, spec.name, target)
         decision = "rolled back"
+    loadable(client, mv)
     return {
         "id": uuid.uuid4().hex, "model": spec.name, "action": req.action, "version": str(mv.version),
         "previous": previous, "decision": decision, "reason": req.reason, "actor": req.actor,
         "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "dagster_run_id": req.dagster_run_id,
         "evidence": _evidence(mv), "policy": spec.promotion.model_dump(mode="json"),
     }
+
+
+def loadable(client: MlflowClient, mv) -> None:
+    """PromotionRefused unless ``mv``'s model files are whole: no alias moves onto a version that
+    cannot be served (its artifacts lost behind the registry's back)."""
+    try:
+        registry.check_loadable(client, mv)
+    except registry.RegistryError as exc:
+        raise PromotionRefused(f"{exc}: it cannot be loaded, so it cannot be the champion "
+                               f"(`ml-assets verify {mv.name} --repair` rebuilds what it can)") from None
 
 
 def execute(client: MlflowClient, store: VersionStore, spec: ModelSpec, req: Request) -> tuple[dict, str]:
@@ -185,4 +196,8 @@ def candidate(client: MlflowClient, spec: ModelSpec):
     if compared != expected:
         return None, (f"version {newest.version} passed against champion {compared}, not the current {expected}: "
                       "its evidence is stale (re-run its evaluation)")
+    try:
+        registry.check_loadable(client, newest)
+    except registry.RegistryError as exc:
+        return None, f"version {newest.version} passed the gate but cannot be loaded: {exc}"
     return newest, f"version {newest.version} passed the gate against champion {expected}"

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from ml_assets.cli_project import refuse
-from ml_assets.names import InvalidName, check_model_name
+from ml_assets.names import InvalidName
 from ml_assets.settings import load_settings
 
 
@@ -25,14 +25,12 @@ def status(model: str | None, fmt: str, client_of, store_of) -> int:
     """Print each model's freshness; 2 (naming the known models) for an unknown or bad name.
     ``client_of``/``store_of``: the MLflow client and the version store for the settings (as the
     other commands make them)."""
-    from ml_assets.model_files import load_declared_specs, select_specs
+    from ml_assets.model_files import declared_models
     from ml_assets.spec import SpecError
 
     settings = load_settings()
     try:
-        if model is not None:
-            check_model_name(model)
-        specs = select_specs(load_declared_specs(settings), model)
+        specs = declared_models(settings, model)
     except (InvalidName, SpecError) as exc:
         return refuse("status", str(exc))
     from ml_assets.promotion.freshness import freshness, render

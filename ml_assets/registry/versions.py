@@ -214,6 +214,13 @@ def download_model(client: MlflowClient, mv: ModelVersion, dest: Path) -> Path:
     return local
 
 
+def check_loadable(client: MlflowClient, mv: ModelVersion) -> None:
+    """RegistryError (one line) unless the version's model files can be read and its weights hash to
+    its record: what promotion asks before it points an alias at a version."""
+    with tempfile.TemporaryDirectory(prefix="ml_assets-loadable-") as tmp:
+        download_model(client, mv, Path(tmp))
+
+
 def load_version(client: MlflowClient, mv: ModelVersion) -> LoadedCheckpoint:
     """A registered version as the evaluation loads a fresh checkpoint (verified, pickle-free): a
     network, or a booster (``LoadedCheckpoint.model`` an ``xgboost.Booster``)."""

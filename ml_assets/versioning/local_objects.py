@@ -56,3 +56,13 @@ class ObjectStorage:
         if digest(data) != sha256:
             raise VersionStoreError(f"{where} is corrupt: its bytes do not hash to {sha256}")
         return data
+
+    def set_aside(self, sha256: str) -> str | None:
+        """Move an object whose bytes are wrong out of its name (to ``<name>.corrupt-<id>``, kept for a
+        person to look at), so the next write of the right bytes stores them. Returns where it went."""
+        key = self._object_key(sha256)
+        if not self._fs.exists(key):
+            return None
+        aside = f"{key}.corrupt-{uuid.uuid4().hex[:8]}"
+        self._fs.mv(key, aside)
+        return aside

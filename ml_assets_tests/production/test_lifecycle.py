@@ -18,6 +18,7 @@ from ml_assets.resources import LocalVersionStoreResource, MlflowTrackingResourc
 from ml_assets.resources.links import DagsterLinksResource
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_spec
+from ml_assets_tests.helpers import version_with_files
 
 SPEC = load_spec(BUNDLED_MODELS_DIR / "flights_delay.yaml")
 NAME = SPEC.name
@@ -26,10 +27,10 @@ NAME = SPEC.name
 def register(client, partition: str) -> str:
     """A version as the pipeline tags it, its gate passed against the champion of the moment."""
     champion = registry.by_alias(client, NAME, registry.CHAMPION)
-    mv = client.create_model_version(NAME, source=f"file:///nowhere/{partition}", tags={
+    mv = version_with_files(client, NAME, {
         "partition": partition, "gate": "passed", "gate_reason": "beat it",
         "gate_champion_version": str(champion.version) if champion else "none", "primary_metric": "roc_auc",
-        "test_roc_auc": "0.7", "checkpoint_sha256": f"sha-{partition}"})
+        "test_roc_auc": "0.7"})
     return str(mv.version)
 
 
@@ -38,6 +39,7 @@ def test_each_promotion_and_rollback_is_one_message(tmp_path, webhook, monkeypat
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=db, registry_uri=db)
     client.create_registered_model(NAME)
+    client.create_experiment(NAME, artifact_location=(tmp_path / "runs").as_uri())
     tracking = MlflowTrackingResource(tracking_uri=db, artifact_root=str(tmp_path / "artifacts"))
     production = build_production_model(SPEC)
     job = build_promotion_job(SPEC, production)

@@ -28,7 +28,7 @@ from ml_assets.promotion import moves as promotion
 from ml_assets.registry import versions as registry
 from ml_assets.spec import load_spec
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.helpers import VENV_BIN, cli_env, free_port, write_spec
+from ml_assets_tests.helpers import VENV_BIN, cli_env, free_port, version_with_files, write_spec
 from ml_assets_tests.production.conftest import (
     POSTGRES,
     REPO,
@@ -116,14 +116,9 @@ def server(tmp_path_factory, postgres_database) -> AuthServer:
 def registered(client: MlflowClient, name: str, partition: str, against: str = "none") -> str:
     """A version of ``name`` as the pipeline registers it: a run in the model's experiment, the
     version's source in that run, the gate's tags."""
-    experiment = client.get_experiment_by_name(name)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-    run = client.create_run(experiment_id, tags={"partition": partition})
-    client.set_terminated(run.info.run_id)
-    mv = client.create_model_version(name, source=f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags={
+    mv = version_with_files(client, name, {
         "partition": partition, "gate": "passed", "gate_champion_version": against,
-        "gate_reason": f"passed against {against}", "primary_metric": "roc_auc", "test_roc_auc": "0.7",
-        "checkpoint_sha256": f"sha-{partition}"})
+        "gate_reason": f"passed against {against}", "primary_metric": "roc_auc", "test_roc_auc": "0.7"})
     return str(mv.version)
 
 

@@ -3,6 +3,7 @@ the embedded version store. Versions are registered with the tags the pipeline w
 tested is who becomes @champion, what gets recorded where, and that every path converges."""
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -20,6 +21,7 @@ from ml_assets.resources import LocalVersionStoreResource, MlflowTrackingResourc
 from ml_assets.settings import BUNDLED_MODELS_DIR
 from ml_assets.spec import load_spec
 from ml_assets.versioning import LocalVersionStore
+from ml_assets_tests.helpers import version_with_files
 
 SPEC = load_spec(BUNDLED_MODELS_DIR / "flights_delay.yaml")
 NAME = SPEC.name
@@ -30,16 +32,16 @@ def world(tmp_path):
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=db, registry_uri=db)
     client.create_registered_model(NAME)
+    client.create_experiment(NAME, artifact_location=(tmp_path / "runs").as_uri())
     store = LocalVersionStore(tmp_path / "store")
     tracking = MlflowTrackingResource(tracking_uri=db, artifact_root=str(tmp_path / "artifacts"))
     return client, store, tracking, tmp_path
 
 
 def register(client, partition: str, gate: str = "passed", against: str = "none") -> str:
-    mv = client.create_model_version(NAME, source=f"file:///nowhere/{partition}", tags={
+    mv = version_with_files(client, NAME, {
         "partition": partition, "gate": gate, "gate_champion_version": against,
-        "gate_reason": f"{gate} against {against}", "primary_metric": "roc_auc", "test_roc_auc": "0.7",
-        "checkpoint_sha256": f"sha-{partition}"})
+        "gate_reason": f"{gate} against {against}", "primary_metric": "roc_auc", "test_roc_auc": "0.7"})
     return str(mv.version)
 
 
@@ -179,3 +181,41 @@ def test_the_promotion_job_fails_with_the_reason_when_refused(world):
     [failure] = [e for e in result.all_events if e.is_step_failure]
     assert "did not pass the promotion gate" in failure.step_failure_data.error.message
     assert champion(client) is None
+
+
+def lose_weights(client, version: str, corrupt: bool = False) -> None:
+    """The version's registered weights deleted (or overwritten) behind the registry's back."""
+    from urllib.parse import urlparse
+
+    weights = Path(urlparse(client.get_model_version(NAME, version).source).path) / "artifacts" / "model.safetensors"
+    if corrupt:
+        weights.write_bytes(b"other bytes")
+    else:
+        weights.unlink()
+
+
+def test_no_alias_moves_onto_a_version_that_cannot_load(world):
+    client, store, tracking, tmp_path = world
+    v1 = register(client, "2013-01-15")
+    promotion.execute(client, store, SPEC, request(version=v1))
+    v2 = register(client, "2013-01-16", against=v1)
+    lose_weights(client, v2)
+    with pytest.raises(promotion.PromotionRefused) as refused:
+        promotion.execute(client, store, SPEC, request(version=v2))
+    message = str(refused.value)
+    assert message.startswith(f"{NAME} version {v2}: ") and "model.safetensors" in message and "\n" not in message
+    assert message.endswith(f"it cannot be loaded, so it cannot be the champion (`ml-assets verify {NAME} --repair` "
+                            "rebuilds what it can)")
+    # The sensor would promote v2 (it passed against the champion): it says why not, and asks nothing.
+    sensor = build_promotion_sensor(SPEC, build_promotion_job(SPEC, build_production_model(SPEC)))
+    tick = sensor.evaluate_tick(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(),
+                                                        resources={"tracking": tracking}))
+    assert tick.run_requests == [] and f"version {v2} passed the gate but cannot be loaded" in tick.skip_message
+    # A rollback onto a version whose weights no longer hash to their record is refused the same way.
+    v3 = register(client, "2013-01-17", against=v1)
+    promotion.execute(client, store, SPEC, request(version=v3))
+    lose_weights(client, v1, corrupt=True)
+    with pytest.raises(promotion.PromotionRefused, match=f"version {v1}: weights sha256 .* differ from the registered"):
+        promotion.execute(client, store, SPEC, request("rollback"))
+    assert champion(client) == v3 and [r["version"] for r in promotion.history(store, NAME)] == [v1, v3]
+    assert promotion.pending(client, NAME) is None
