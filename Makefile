@@ -23,7 +23,7 @@ DAY ?=
 MODELS_DIRS ?= $(CURDIR)/ml_assets/models:$(CURDIR)/examples/ft_transformer
 WITH_MODELS := ML_ASSETS_MODELS_DIR=$${ML_ASSETS_MODELS_DIR:-$(MODELS_DIRS)}
 
-.PHONY: help install demo test test-fast dev mlflow-ui materialize production-instance lint clean
+.PHONY: help install demo test test-fast test-faults dev mlflow-ui materialize production-instance lint clean
 
 help:
 	@echo "make demo         set up .venv and run the main job for $(MODEL) on embedded defaults"
@@ -68,6 +68,15 @@ test: install
 # The edit-test loop: everything but the tests marked e2e, torchrun or slow (pyproject.toml).
 test-fast: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not torchrun and not slow"
+
+# The whole fault matrix (every service killed at every stage; docs/operations.md): an hour and
+# more; the suite runs the cells that exercise distinct code paths. Needs the local PostgreSQL.
+test-faults: install
+	rm -f $(ML_ASSETS_HOME)/fault-matrix.jsonl && mkdir -p $(ML_ASSETS_HOME)
+	-ML_ASSETS_FAULT_MATRIX=full ML_ASSETS_FAULT_REPORT=$(ML_ASSETS_HOME)/fault-matrix.jsonl \
+		ML_ASSETS_TEST_POSTGRES_URL=$${ML_ASSETS_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test} \
+		$(BIN)/python -m pytest ml_assets_tests/faults/test_matrix.py
+	$(BIN)/python -m ml_assets_tests.faults.report $(ML_ASSETS_HOME)/fault-matrix.jsonl
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(WITH_MODELS) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -15,6 +15,7 @@ ml_assets/instance/production.yaml selects it (``storage: custom``) with the sam
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from dagster._serdes import ConfigurableClassData
@@ -40,6 +41,8 @@ class PooledPostgresStorage(DagsterPostgresStorage):
             options = storage._engine.url.query.get("options")
             storage._engine.dispose()  # NullPool: holds no connection, disposing only drops the engine
             storage._engine = pooled_engine(storage.postgres_url, options, token_provider)
+            # The instance asks each storage itself (not this class) to switch to the webserver's pool.
+            storage.optimize_for_webserver = functools.partial(_webserver_pool, storage)
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value: Any) -> PooledPostgresStorage:
@@ -48,9 +51,25 @@ class PooledPostgresStorage(DagsterPostgresStorage):
                    inst_data=inst_data, token_provider=get_token_provider_from_config(config_value))
 
 
-def pooled_engine(postgres_url: str, options: str | None = None, token_provider: Any = None):
-    kwargs: dict[str, Any] = {"isolation_level": "AUTOCOMMIT", "pool_size": POOL_SIZE, "max_overflow": MAX_OVERFLOW,
-                              "pool_recycle": RECYCLE_SECONDS, "pool_pre_ping": True}
+def _webserver_pool(storage: Any, statement_timeout: int, pool_recycle: int, max_overflow: int) -> None:
+    """dagster-postgres's pool for the webserver (its sizes, its statement timeout), with each
+    connection checked before use: without the check, after PostgreSQL restarted, the webserver's
+    next requests failed on the dead connections it kept (a run submitted then was refused)."""
+    from dagster_postgres.utils import set_pg_statement_timeout
+    from sqlalchemy import event
+
+    options = storage._engine.url.query.get("options")
+    storage._engine.dispose()
+    storage._engine = pooled_engine(storage.postgres_url, options, storage._token_provider, pool_size=1,
+                                    max_overflow=max_overflow, pool_recycle=pool_recycle)
+    event.listen(storage._engine, "connect",
+                 lambda connection, _: set_pg_statement_timeout(connection, statement_timeout))
+
+
+def pooled_engine(postgres_url: str, options: str | None = None, token_provider: Any = None,
+                  pool_size: int = POOL_SIZE, max_overflow: int = MAX_OVERFLOW, pool_recycle: int = RECYCLE_SECONDS):
+    kwargs: dict[str, Any] = {"isolation_level": "AUTOCOMMIT", "pool_size": pool_size, "max_overflow": max_overflow,
+                              "pool_recycle": pool_recycle, "pool_pre_ping": True}
     if options:  # as dagster-postgres's own optimize_for_webserver passes them
         kwargs["connect_args"] = {"options": options}
     return create_pg_engine(postgres_url, token_provider, **kwargs)

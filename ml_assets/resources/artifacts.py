@@ -6,7 +6,7 @@ import dagster as dg
 import fsspec
 
 from ml_assets.names import check_object_path
-from ml_assets.storage import read_verified
+from ml_assets.storage import patiently, read_verified
 from ml_assets.trainer.config import DataRef
 
 
@@ -32,15 +32,19 @@ class ArtifactStoreResource(dg.ConfigurableResource):
         check_object_path(prefix)
         sha = hashlib.sha256(data).hexdigest()
         uri = f"{self.root.rstrip('/')}/{prefix}/{sha}{suffix}"
-        fs, path = fsspec.core.url_to_fs(uri)
-        if not fs.exists(path):
-            # A name of its own: two runs writing the same bytes at once must not share a temporary
-            # file (one would truncate what the other is about to rename into place).
-            tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-            fs.makedirs(fs._parent(path), exist_ok=True)
-            with fs.open(tmp, "wb") as fh:
-                fh.write(data)
-            fs.mv(tmp, path)
+
+        def write() -> None:
+            fs, path = fsspec.core.url_to_fs(uri)
+            if not fs.exists(path):
+                # A name of its own: two runs writing the same bytes at once must not share a temporary
+                # file (one would truncate what the other is about to rename into place).
+                tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+                fs.makedirs(fs._parent(path), exist_ok=True)
+                with fs.open(tmp, "wb") as fh:
+                    fh.write(data)
+                fs.mv(tmp, path)
+
+        patiently(uri, write)  # a store that stops answering is waited out, visibly, within a bound
         return ArtifactRef(uri, sha, len(data))
 
     def get(self, uri: str, sha256: str) -> bytes:

@@ -10,6 +10,7 @@ import uuid
 
 from fsspec import AbstractFileSystem
 
+from ml_assets.storage import patiently
 from ml_assets.versioning.base import VersionStoreError
 
 
@@ -38,19 +39,20 @@ class ObjectStorage:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, key)
-        else:  # object stores publish a PUT atomically
-            self._fs.pipe_file(key, data)
+        else:  # object stores publish a PUT atomically; one that stops answering is waited out
+            patiently(key, lambda: self._fs.pipe_file(key, data))
 
     def _write_object(self, data: bytes) -> str:
         sha = digest(data)
         key = self._object_key(sha)
-        if not self._fs.exists(key):
+        if not (self._fs.exists(key) if self._local else patiently(key, lambda: self._fs.exists(key))):
             self._store_bytes(key, data)
         return sha
 
     def _read_object(self, sha256: str, where: str) -> bytes:
         try:
-            data = self._fs.cat_file(self._object_key(sha256))
+            key = self._object_key(sha256)
+            data = self._fs.cat_file(key) if self._local else patiently(key, lambda: self._fs.cat_file(key))
         except FileNotFoundError:
             raise VersionStoreError(f"{where}: object {sha256} is missing from {self.objects_url}") from None
         if digest(data) != sha256:

@@ -130,13 +130,27 @@ class Services:
     s3_endpoint: str
     logs: Path
     processes: list[subprocess.Popen] = field(default_factory=list)
+    named: dict[str, tuple[subprocess.Popen, list[str], dict[str, str]]] = field(default_factory=dict)
 
     def start(self, name: str, args: list[str], **extra_env: str) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (kept open for the process's life)
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the process's life)
         proc = subprocess.Popen(args, env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=REPO, start_new_session=True)
         self.processes.append(proc)
+        self.named[name] = (proc, args, extra_env)
         return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a service and everything it started (its process group)."""
+        proc = self.named[name][0]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
+
+    def restart(self, name: str) -> subprocess.Popen:
+        """The service started again as it was first started (same command, port and environment)."""
+        _, args, extra_env = self.named[name]
+        return self.start(name, args, **extra_env)
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
@@ -208,9 +222,10 @@ def services(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict
 
 @contextlib.contextmanager
 def start_services(root: Path, postgres_database, s3_endpoint: str, specs: list[dict],
-                   instance: str | None = None) -> Iterator[Services]:
+                   instance: str | None = None, postgres_url=_admin_url) -> Iterator[Services]:
     """The services of ``services`` for the model ``specs``, with ``instance`` as dagster.yaml
-    (default: the production instance as shipped, polling faster)."""
+    (default: the production instance as shipped, polling faster). ``postgres_database`` makes a
+    database and ``postgres_url(database, driver)`` is its URL (default: on the shared server)."""
     import boto3
 
     home, logs = root / "home", root / "logs"
@@ -227,8 +242,8 @@ def start_services(root: Path, postgres_database, s3_endpoint: str, specs: list[
     env = cli_env(
         ML_ASSETS_ENV="production", ML_ASSETS_HOME=str(home), DAGSTER_HOME=str(home / "dagster"),
         ML_ASSETS_MODELS_DIR=str(root / "models"),
-        ML_ASSETS_DAGSTER_POSTGRES_URL=_admin_url(dagster_db, driver="psycopg2"),
-        MLFLOW_BACKEND_STORE_URI=_admin_url(mlflow_db, driver="psycopg"),
+        ML_ASSETS_DAGSTER_POSTGRES_URL=postgres_url(dagster_db, driver="psycopg2"),
+        MLFLOW_BACKEND_STORE_URI=postgres_url(mlflow_db, driver="psycopg"),
         MLFLOW_ARTIFACTS_DESTINATION="s3://mlflow/artifacts",
         MLFLOW_TRACKING_URI=f"http://127.0.0.1:{mlflow_port}",
         MLFLOW_S3_ENDPOINT_URL=s3_endpoint, AWS_ENDPOINT_URL=s3_endpoint,

@@ -58,6 +58,8 @@ def describe(instance: dg.DagsterInstance, run: dg.DagsterRun, run_url: str) -> 
         event = failures[0].dagster_event
         stage = _stage(event.step_key or "")
         error = getattr(event.event_specific_data, "error", None)
+        while error is not None and error.cause is not None and error.cls_name != "Failure":
+            error = error.cause  # Dagster's "Error occurred while executing op" wraps what the stage raised
         reason = _first_line(_error_text(error) if error else failures[0].message)
         if len(failures) > 1:
             stage += f" (+{len(failures) - 1} more failed steps)"

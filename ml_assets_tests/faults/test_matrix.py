@@ -1,0 +1,222 @@
+"""The fault matrix: each service the platform stands on SIGKILLed as a stage of a daily run starts,
+and brought back seconds later, in production mode on loopback (a private PostgreSQL cluster for
+Dagster and MLflow, the MLflow server with its authentication, moto's S3 behind a proxy that is the
+thing killed, the Dagster daemon, the run worker).
+
+Each cell asserts what docs/operations.md promises ("When a service fails"):
+1. the run succeeds, or fails with the fault named in its reason;
+2. nothing is half-written: the stores are whole (``ml-assets verify``'s check: every object of
+   main's history, every version's files and chain, every alias), and every checkpoint that has a
+   manifest matches it;
+3. the partition run again succeeds, and exactly one version is registered for the day, the one
+   Dagster's registered_model records;
+4. no training rank is left.
+
+`make test-faults` runs every cell (ML_ASSETS_FAULT_MATRIX=full); the suite runs the cells that
+exercise distinct code paths (CI_CELLS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import json
+import os
+import re
+import signal
+import time
+import uuid
+
+import pytest
+
+from ml_assets_tests.helpers import small_training
+from ml_assets_tests.production.conftest import POSTGRES, start_services, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not POSTGRES, reason="ML_ASSETS_TEST_POSTGRES_URL is not set")]
+
+MODEL = "flights_delay"
+STAGES = {"ingest commit": "raw_data", "snapshot publish": "validated_snapshot", "features write": "features",
+          "training": "trained_checkpoint", "evaluation": "evaluation_report", "registration": "registered_model"}
+SERVICES = ("postgres", "mlflow", "s3", "daemon", "run worker")
+CI_CELLS = {("s3", "features write"), ("postgres", "training")}  # `make test-faults`: the rest
+FULL = os.environ.get("ML_ASSETS_FAULT_MATRIX") == "full"
+CELLS = [(service, stage) for service in SERVICES for stage in STAGES if FULL or (service, stage) in CI_CELLS]
+FIRST = dt.date(2013, 6, 3)  # days no other test uses; cell i trains FIRST + i, its window the 3 days before
+OUTAGE_S = 8
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def cell_day(i: int) -> str:
+    return (FIRST + dt.timedelta(days=i)).isoformat()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, s3_endpoint, bundled_spec_dict):
+    from ml_assets_tests.faults.services import PrivateCluster, Proxy
+
+    spec = small_training(copy.deepcopy(bundled_spec_dict))
+    spec["promotion"]["mode"] = "approval_required"  # a promotion is its own cell, not a side effect
+    root = tmp_path_factory.mktemp("faults")
+    cluster = PrivateCluster()
+    cluster.start()
+    (root / "logs").mkdir()
+    proxy = Proxy(s3_endpoint, root / "logs")
+    proxy.start()
+    made = lambda prefix: cluster.create_database(f"{prefix}_{uuid.uuid4().hex[:8]}")  # noqa: E731
+    try:
+        with start_services(root / "services", made, proxy.endpoint, [spec], postgres_url=cluster.url) as svc:
+            _ingest_windows(svc)
+            yield svc, cluster, proxy
+    finally:
+        proxy.kill()
+        cluster.stop()
+
+
+def _ingest_windows(svc) -> None:
+    """The three days before each cell's day, through the queue at once."""
+    days = sorted({(FIRST + dt.timedelta(days=i - n)).isoformat() for i in range(len(CELLS)) for n in (1, 2, 3)})
+    client = svc.graphql()
+    run_ids = [client.submit_job_execution(f"{MODEL}_ingest", tags={"dagster/partition": d}) for d in days]
+    final = wait_runs(svc, run_ids, 900)
+    assert set(final.values()) == {"SUCCESS"}, final
+
+
+def wait_runs(svc, run_ids: list[str], timeout: float) -> dict[str, str]:
+    def statuses():
+        with contextlib.suppress(Exception), svc.instance() as instance:
+            found = {r: instance.get_run_by_id(r).status.value for r in run_ids}
+            return found if all(v in TERMINAL for v in found.values()) else None
+        return None
+
+    return wait_for(statuses, timeout, f"runs {run_ids} to finish", interval=2)
+
+
+def started(svc, run_id: str, step: str) -> int | None:
+    """The run worker's pid once ``step`` has started, else None."""
+    from dagster import DagsterEventType
+
+    from ml_assets.records.runs import PID_TAG
+
+    with svc.instance() as instance:
+        if any(e.dagster_event.step_key == step for e in instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)):
+            return int(instance.get_run_by_id(run_id).tags.get(PID_TAG, 0)) or -1
+    return None
+
+
+def outage(svc, cluster, proxy, service: str, worker: int) -> None:
+    """SIGKILL ``service``; bring it back OUTAGE_S seconds later (the run worker: run monitoring does)."""
+    from ml_assets_tests.production.conftest import _http_ok
+
+    if service == "run worker":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        return
+    {"postgres": cluster.kill, "s3": proxy.kill}.get(service, lambda: svc.kill(service))()
+    time.sleep(OUTAGE_S)
+    {"postgres": cluster.start, "s3": proxy.start}.get(service, lambda: svc.restart(service))()
+    if service == "mlflow":
+        wait_for(lambda: _http_ok(f"{svc.mlflow_url}/health"), 120, "the MLflow server to come back")
+
+
+def failure_reason(svc, run_id: str) -> str:
+    """The run's reason as the failure alert gives it: its failed step's innermost error."""
+    from ml_assets.deploy.alerts.failures import describe
+
+    with svc.instance() as instance:
+        return describe(instance, instance.get_run_by_id(run_id), "").reason
+
+
+def whole(svc) -> list[str]:
+    """What ``ml-assets verify`` finds, and every checkpoint with a manifest that does not match it."""
+    import fsspec
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets.trainer.checkpoint_files import MANIFEST, verify
+    from ml_assets.verification.check import check
+    from ml_assets.versioning import LocalVersionStore
+
+    with pytest.MonkeyPatch.context() as env:  # S3 as the services reach it
+        env.setenv("AWS_ENDPOINT_URL", svc.s3_endpoint)
+        store = LocalVersionStore(svc.home / "versions", objects_url=svc.env["ML_ASSETS_OBJECTS_URL"])
+        client = MlflowClient(tracking_uri=svc.mlflow_url, registry_uri=svc.mlflow_url)
+        problems = [f.line() for f in check(client, store, MODEL).findings]
+        fs = fsspec.filesystem("s3", skip_instance_cache=True)
+        for manifest in fs.glob(f"ml-assets/checkpoints/{MODEL}/**/{MANIFEST}"):
+            directory = "s3://" + manifest.rsplit("/", 1)[0]
+            _, reason = verify(directory)
+            if reason:
+                problems.append(f"checkpoint {directory}: {reason}")
+    return problems
+
+
+def registered(svc, day: str) -> tuple[list[str], str | None]:
+    """The registry's versions for ``day``, and the version Dagster's registered_model last recorded."""
+    import dagster as dg
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=svc.mlflow_url, registry_uri=svc.mlflow_url)
+    versions = [str(v.version) for v in client.search_model_versions(f"name = '{MODEL}'")
+                if v.tags.get("partition") == day]
+    with svc.instance() as instance:
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey([MODEL, "registered_model"]), asset_partitions=[day]), limit=1).records
+    recorded = records[0].asset_materialization.metadata.get("model_version") if records else None
+    return versions, str(recorded.value) if recorded is not None else None
+
+
+@pytest.mark.parametrize(("service", "stage"), CELLS, ids=[f"{s}-at-{t.replace(' ', '-')}" for s, t in CELLS])
+def test_a_service_killed_as_a_stage_starts(world, service, stage):
+    svc, cluster, proxy = world
+    day = cell_day(CELLS.index((service, stage)))
+    seen = {"service": service, "stage": stage, "day": day}
+    try:
+        run_cell(svc, cluster, proxy, service, stage, day, seen)
+    finally:
+        report(seen)
+
+
+def run_cell(svc, cluster, proxy, service: str, stage: str, day: str, seen: dict) -> None:
+    from ml_assets_tests.trainer.toy import training_ranks
+
+    run_id = svc.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
+    worker = wait_for(lambda: started(svc, run_id, f"{MODEL}__{STAGES[stage]}"), 600, f"{stage} to start", interval=0.2)
+    if stage == "training":  # mid-epoch: once the rank runs
+        wait_for(lambda: training_ranks(svc.home), 120, "the training rank", interval=0.1)
+        time.sleep(1)
+    outage(svc, cluster, proxy, service, worker)
+    seen["run"] = status = wait_runs(svc, [run_id], 900)[run_id]
+    if status != "SUCCESS":
+        seen["reason"] = reason = failure_reason(svc, run_id)
+        assert SERVICE_WORDS[service].search(reason), f"{service} at {stage}: the run failed with {reason!r}"
+    seen["problems"] = whole(svc)
+    assert seen["problems"] == []
+    if status != "SUCCESS":
+        again = svc.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
+        seen["rerun"] = wait_runs(svc, [again], 900)[again]
+        assert seen["rerun"] == "SUCCESS", failure_reason(svc, again)
+        seen["problems"] = whole(svc)
+        assert seen["problems"] == []
+    versions, recorded = registered(svc, day)
+    seen["versions"], seen["recorded"] = versions, recorded
+    assert len(versions) == 1 and versions == [recorded], (versions, recorded)
+    wait_for(lambda: not training_ranks(svc.home), 30, "no training rank to be left")
+    seen["ranks_left"] = 0
+
+
+def report(seen: dict) -> None:
+    """One JSON line per cell in $ML_ASSETS_FAULT_REPORT (`make test-faults` sets it): what happened,
+    whatever the assertions said."""
+    path = os.environ.get("ML_ASSETS_FAULT_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(seen, sort_keys=True) + "\n")
+
+
+SERVICE_WORDS = {
+    "postgres": re.compile(r"PostgreSQL|postgres|database", re.I),
+    "mlflow": re.compile(r"MLflow", re.I),
+    "s3": re.compile(r"object store|S3|endpoint", re.I),
+    "daemon": re.compile(r"daemon", re.I),
+    "run worker": re.compile(r"worker", re.I),
+}

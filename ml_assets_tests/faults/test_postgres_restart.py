@@ -1,0 +1,32 @@
+"""PostgreSQL killed and started again under the production instance's storage: a private cluster
+(pg_ctl, its own port), never the shared server."""
+
+import pytest
+
+from ml_assets_tests.production.conftest import POSTGRES
+
+pytestmark = pytest.mark.skipif(not POSTGRES, reason="ML_ASSETS_TEST_POSTGRES_URL is not set")
+
+
+def test_after_a_crash_the_webservers_pool_reconnects_instead_of_failing_requests():
+    from ml_assets.deploy.pg_storage import PooledPostgresStorage
+    from ml_assets_tests.faults.services import PrivateCluster
+
+    cluster = PrivateCluster()
+    try:
+        cluster.start()
+        cluster.create_database("dagster")
+        storage = PooledPostgresStorage(cluster.url("dagster", driver="psycopg2"))  # as production configures it
+        storages = (storage.run_storage, storage.event_log_storage, storage.schedule_storage)
+        for part in storages:  # what dagster-webserver asks of each storage at its start
+            part.optimize_for_webserver(statement_timeout=5000, pool_recycle=3600, max_overflow=2)
+        assert storage.run_storage.get_runs() == []  # each pool now holds a live connection
+        storage.event_log_storage.get_asset_records()
+        cluster.kill()
+        cluster.start()
+        # The connections the pools kept died with the server: each is checked before use and replaced.
+        assert storage.run_storage.get_runs() == []
+        assert storage.event_log_storage.get_asset_records() == []
+        assert storage.schedule_storage.all_instigator_state() == []
+    finally:
+        cluster.stop()

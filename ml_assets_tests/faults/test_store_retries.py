@@ -1,0 +1,67 @@
+"""An object store that stops answering is waited out, each wait a line, within a bound
+(ml_assets.storage.patiently), against moto's S3 server behind a proxy that is killed and started
+again: the artifact store's write and the version store's read carry on once it is back."""
+
+import threading
+import time
+
+import pytest
+
+from ml_assets.resources.artifacts import ArtifactStoreResource
+from ml_assets.storage import StoreUnavailable, patiently
+from ml_assets_tests.faults.services import Proxy
+
+
+@pytest.fixture
+def proxy(s3_endpoint, tmp_path, monkeypatch):
+    import boto3
+    from s3fs import S3FileSystem
+
+    proxy = Proxy(s3_endpoint, tmp_path)
+    proxy.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    # fsspec keeps one S3FileSystem per set of arguments: one an earlier test made reaches moto directly.
+    S3FileSystem.clear_instance_cache()
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="retries")
+    yield proxy
+    proxy.kill()
+    S3FileSystem.clear_instance_cache()
+
+
+def test_a_write_during_an_outage_waits_saying_so_and_lands_once_the_store_is_back(proxy, monkeypatch):
+    lines: list[str] = []
+    # The module the artifact store calls (a test elsewhere may have imported ml_assets afresh).
+    monkeypatch.setitem(ArtifactStoreResource.put.__globals__["patiently"].__globals__, "_say", lines.append)
+    store = ArtifactStoreResource(root="s3://retries/artifacts")
+    store.put("warm", b"first", ".bin")  # the connection pool is warm: the outage cuts live connections
+    proxy.kill()
+    # Longer than botocore's own retries (a few seconds, silent): those alone failed such a write.
+    threading.Timer(10, proxy.start).start()
+    started = time.monotonic()
+    ref = store.put("features", b"written during an outage", ".parquet")
+    assert time.monotonic() - started >= 9
+    assert store.get(ref.uri, ref.sha256) == b"written during an outage"
+    assert lines and lines[0].startswith(f"the object store at s3://retries ({proxy.endpoint}) not answering (")
+    assert "retry 1 of 6 in 1 s" in lines[0]
+
+
+def test_past_the_bound_the_store_is_named_and_other_errors_are_not_retried(monkeypatch):
+    monkeypatch.setenv("ML_ASSETS_STORE_RETRIES", "3")
+    said, slept = [], []
+
+    def refused():
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(StoreUnavailable) as raised:
+        patiently("s3://bucket/key", refused, say=said.append, sleep=slept.append)
+    assert str(raised.value).startswith("the object store at s3://bucket did not answer (3 retries over ~7 s) "
+                                        "for s3://bucket/key: ConnectionRefusedError: [Errno 111] Connection refused")
+    assert slept == [1, 2, 4] and [line.split("; ")[1] for line in said] == [
+        "retry 1 of 3 in 1 s", "retry 2 of 3 in 2 s", "retry 3 of 3 in 4 s"]
+
+    def missing():
+        raise FileNotFoundError("s3://bucket/key")
+
+    with pytest.raises(FileNotFoundError):
+        patiently("s3://bucket/key", missing, say=said.append, sleep=slept.append)
+    assert len(slept) == 3  # not retried
