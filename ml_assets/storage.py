@@ -177,8 +177,6 @@ def _total(bound: int) -> float:
 def _forget_connections() -> None:
     """s3fs caches its filesystem and that filesystem's connection pool: after a store came back, a
     cached pool may still hold the dead connections; drop the cached instances."""
-    fsspec = sys.modules.get("fsspec")
-    if fsspec is not None:
-        s3fs = sys.modules.get("s3fs")
-        if s3fs is not None:
-            s3fs.S3FileSystem.clear_instance_cache()
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is not None:
+        s3fs.S3FileSystem.clear_instance_cache()

@@ -16,7 +16,7 @@ Dagster-free: the CLI, the scheduled job and the tests share it.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ml_assets.names import repo_for_model
@@ -37,6 +37,9 @@ class Finding:
     versions: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     sha256: str = ""
+    """An object's: what a repair must bring back."""
+    version: str = ""
+    """The version a finding is about (its aliases depend on it)."""
 
     def line(self) -> str:
         needed = [*(f"day {d}" for d in self.days), *(f"version {v}" for v in self.versions),
@@ -133,7 +136,8 @@ def _versions(client, store: VersionStore, report: Report, broken: dict[str, Fin
         except LineageError as exc:
             report.loadable[version] = False
             report.findings.append(Finding(f"version {version}", str(exc).removeprefix(f"{report.model} version "
-                                                                                       f"{version}: ")))
+                                                                                       f"{version}: "),
+                                           version=version))
             continue
         failed = [c for c in lineage.checks if c.status != "ok"]
         report.loadable[version] = not any(c.what.startswith(LOAD_CHECKS) for c in failed)
@@ -143,14 +147,13 @@ def _versions(client, store: VersionStore, report: Report, broken: dict[str, Fin
                 needs[path].add(version)
                 continue
             state = "cannot be read" if c.actual is None else f"does not match its record (expected {c.expected[:12]})"
-            finding = Finding(f"version {version}: {c.what}", f"{state} at {c.where}")
+            finding = Finding(f"version {version}: {c.what}", f"{state} at {c.where}", version=version)
             (report.notes if c.what.startswith(SOURCE) else report.findings).append(finding)
     # The versions that learned from each broken object.
     report.findings[:] = [
-        Finding(f.subject, f.problem, f.days, tuple(sorted(
+        replace(f, versions=tuple(sorted(
             {v for p in f.subject.removeprefix("object ").split(", ") for v in needs.get(p, ())}
-            | {v for v, days in read.items() if days & set(f.days)}, key=int)),
-            sha256=f.sha256) if f.sha256 else f
+            | {v for v, days in read.items() if days & set(f.days)}, key=int))) if f.sha256 else f
         for f in report.findings]
 
 
@@ -163,12 +166,5 @@ def _aliases(client, report: Report) -> None:
         if not report.loadable.get(version, False):
             report.findings.append(Finding(f"alias @{alias}", f"points at version {version}, which cannot load"))
     report.findings[:] = [
-        Finding(f.subject, f.problem, f.days, f.versions,
-                tuple(sorted({a for v in (f.versions or _version_of(f.subject)) for a in by_version.get(v, ())})),
-                f.sha256)
+        replace(f, aliases=tuple(sorted({a for v in (f.versions or (f.version,)) for a in by_version.get(v, ())})))
         for f in report.findings]
-
-
-def _version_of(subject: str) -> tuple[str, ...]:
-    match = re.match(r"version (\d+)", subject)
-    return (match.group(1),) if match else ()

@@ -22,6 +22,7 @@ from pathlib import Path
 import fsspec
 
 from ml_assets.layout import FEATURE_STATE_FILE, MLFLOW_MODEL, sibling
+from ml_assets.lineage import _read
 from ml_assets.registry.record import VersionTags
 from ml_assets.verification.check import Report
 
@@ -41,7 +42,7 @@ def repair(settings, spec, client, store, report: Report, workdir: Path) -> list
 
 def days_to_rebuild(report: Report) -> list[str]:
     days = {d for f in report.findings for d in f.days}
-    days |= {m.group(1) for f in report.findings if f.subject.startswith("version ") and ": features " in f.subject
+    days |= {m.group(1) for f in report.findings if f.version and ": features " in f.subject
              if (m := _DAY.search(f.subject))}
     return sorted(days)
 
@@ -67,8 +68,7 @@ def _versions(client, model: str, report: Report, workdir: Path) -> list[str]:
     from ml_assets.registry import versions as registry
 
     lost = {v for v, ok in report.loadable.items() if not ok}
-    lost |= {f.subject.split()[1].rstrip(":") for f in report.findings
-             if f.subject.startswith("version ") and "checkpoint in the checkpoint store" in f.subject}
+    lost |= {f.version for f in report.findings if f.version and "checkpoint in the checkpoint store" in f.subject}
     lines = []
     for version in sorted(lost, key=int):
         try:
@@ -89,11 +89,8 @@ def _versions(client, model: str, report: Report, workdir: Path) -> list[str]:
 
 
 def _sha_of(uri: str) -> str | None:
-    try:
-        with fsspec.open(uri, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (FileNotFoundError, OSError, ValueError):
-        return None
+    data = _read(uri)
+    return hashlib.sha256(data).hexdigest() if data is not None else None
 
 
 def _put(uri: str, data: bytes) -> None:
@@ -106,15 +103,14 @@ def _restore(client, mv, weights: Path, state: Path) -> list[str]:
     """Write the reproduced files back where they are missing or wrong: the checkpoint store and the
     version's MLflow run. Each file is written only if it hashes to the version's record."""
     tags = VersionTags.from_tags(mv.tags)
-    files = {weights.name: (weights, tags.checkpoint_sha256), FEATURE_STATE_FILE: (state, tags.feature_state_sha256)}
-    files = {name: path for name, (path, sha) in files.items()
-             if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha}
+    expected = {weights.name: tags.checkpoint_sha256, FEATURE_STATE_FILE: tags.feature_state_sha256}
+    files = {name: path for name, path in ((weights.name, weights), (FEATURE_STATE_FILE, state))
+             if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == expected[name]}
     restored = []
     if tags.checkpoint_uri:
         for name, path in files.items():
             uri = tags.checkpoint_uri if name == weights.name else sibling(tags.checkpoint_uri, name)
-            expected = tags.checkpoint_sha256 if name == weights.name else tags.feature_state_sha256
-            if _sha_of(uri) != expected:
+            if _sha_of(uri) != expected[name]:
                 _put(uri, path.read_bytes())
                 restored.append(uri)
     from mlflow.exceptions import MlflowException
@@ -125,8 +121,7 @@ def _restore(client, mv, weights: Path, state: Path) -> list[str]:
         except MlflowException:  # the whole directory is gone: every file is missing
             held = Path(tmp) / "none"
         for name, path in files.items():
-            expected = tags.checkpoint_sha256 if name == weights.name else tags.feature_state_sha256
-            if _sha_of(str(held / name)) != expected:
+            if _sha_of(str(held / name)) != expected[name]:
                 client.log_artifact(mv.run_id, str(path), f"{MLFLOW_MODEL}/artifacts")
                 restored.append(f"{mv.source}/artifacts/{name}")
     return restored
