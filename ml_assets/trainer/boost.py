@@ -365,7 +365,7 @@ def run(cfg: TrainConfig, rt: Runtime, log: Callable[[str], None], report: Calla
         if lease is not None:
             lease.release()
     if lease is not None:
-        result["lease"] = {**lease.summary(), "released_at": time.time()}
+        result["lease"] = lease.summary()
     return result
 
 

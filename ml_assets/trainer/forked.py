@@ -24,8 +24,9 @@ from ml_assets.trainer import zygote
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 GRACE_SECONDS = 65.0
-"""After torchrun's agent dies: the rank got the signal (forwarded) and has its own grace to
-checkpoint (at most 60 s, training.checkpoint.orphan_grace_seconds); this is the backstop."""
+"""Until the config is read: the longest orphan grace a config may set (60 s), and a margin."""
+DEFAULT_ORPHAN_GRACE = 5.0
+"""training.checkpoint.orphan_grace_seconds when the config does not say (TrainConfig's default)."""
 
 
 class _Rank:
@@ -49,6 +50,9 @@ class _Rank:
 def main(argv: list[str] | None = None) -> None:
     processes.follow_parent(grace_seconds=GRACE_SECONDS)
     args = sys.argv[1:] if argv is None else argv
+    # After torchrun's agent dies, the rank gets the forwarded signal and checkpoints; it follows this
+    # process (not the agent), so this grace is what bounds it, as the orphan grace bounds an exec'd rank.
+    processes.follow_parent(grace_seconds=_orphan_grace(args))
     rank = _Rank()
     for signum in FORWARDED:
         signal.signal(signum, rank.forward)
@@ -68,6 +72,18 @@ def main(argv: list[str] | None = None) -> None:
         _start_here(args, f"the trainer zygote at {path} {'refused: ' + first['refused'] if first else 'hung up'}", rank)
     rank.started(int(first["pid"]))
     _exit_as(_read(replies), int(first["pid"]), str(first.get("started", "")))
+
+
+def _orphan_grace(args: list[str]) -> float:
+    """The config's ``orphan_grace_seconds`` (a local config file; a URL or an unreadable file: the
+    default, and the rank itself will say what is wrong with its config)."""
+    path = args[args.index("--config") + 1] if "--config" in args[:-1] else ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            grace = float(json.load(fh).get("orphan_grace_seconds", DEFAULT_ORPHAN_GRACE))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return DEFAULT_ORPHAN_GRACE
+    return grace if 0 < grace <= 60 else DEFAULT_ORPHAN_GRACE
 
 
 def _streams() -> list[int]:

@@ -251,6 +251,9 @@ class Lease:
         self.version: str | None = None
         """The store's version of our lease; None while not held."""
         self.waited_seconds = 0.0
+        self.released_at: float | None = None
+        """When this holder stopped holding: stamped before the lease is deleted, so that no other
+        holder's ``acquired_at`` can precede it."""
         self.took_over: str = ""
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -368,6 +371,7 @@ class Lease:
             self._renewer.join(timeout=5)
         with self._lock:
             if self.version is not None:
+                self.released_at = time.time()
                 with contextlib.suppress(Exception):
                     self.store.delete(self.version)
                 self.version = None
@@ -375,7 +379,8 @@ class Lease:
     def summary(self) -> dict:
         """What the trained checkpoint records about the lease."""
         return {"location": self.store.location, "acquired_at": self.record.acquired_at if self.record else None,
-                "waited_s": round(self.waited_seconds, 3), "took_over_from": self.took_over}
+                "released_at": self.released_at, "waited_s": round(self.waited_seconds, 3),
+                "took_over_from": self.took_over}
 
 
 def _parse(raw: bytes) -> Record | None:

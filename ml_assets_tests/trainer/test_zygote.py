@@ -145,3 +145,22 @@ def test_rank_start_exec_means_no_zygote_and_a_bad_value_is_named(monkeypatch, t
     monkeypatch.setenv("ML_ASSETS_HOME", str(tmp_path))
     with pytest.raises(SettingsError, match="ML_ASSETS_RANK_START='spawn' is not one of"):
         load_settings()
+
+
+@pytest.mark.parametrize(("written", "grace"), [
+    ({"orphan_grace_seconds": 1.5}, 1.5),
+    ({}, 5.0),  # the config's default
+    ({"orphan_grace_seconds": 0}, 5.0),  # invalid: the rank names it; the client keeps the default
+    ("not json", 5.0),
+    (None, 5.0),  # no such file
+])
+def test_a_forked_client_bounds_its_rank_by_the_configs_orphan_grace(tmp_path, written, grace):
+    # The rank follows its client, not torchrun's agent: when the agent dies, the client's grace is
+    # what bounds the rank's checkpoint-then-exit, so it must be the config's, not the 60 s maximum.
+    from ml_assets.trainer import forked as client
+
+    config = tmp_path / "config.json"
+    if written is not None:
+        config.write_text(written if isinstance(written, str) else json.dumps(written))
+    assert client._orphan_grace(["--config", str(config)]) == grace
+    assert client._orphan_grace(["--config"]) == client._orphan_grace([]) == 5.0
