@@ -1,6 +1,8 @@
 """Rank 0's voice: Dagster Pipes when a Dagster step started the training, stderr otherwise. The
-other ranks stay silent, so the step sees one log and one result. dagster_pipes is the trainer's
-only non-torch dependency, and it is opened on rank 0 alone."""
+other ranks stay silent, so the step sees one log and one result, save for one thing: a rank that
+stops the training for a reason a restart cannot fix (``refuse``) says so itself, since the fault
+may be its alone. dagster_pipes is the trainer's only non-torch dependency, and it is opened on
+rank 0 alone."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ import os
 import sys
 import traceback
 
-from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+from dagster_pipes import (
+    PIPES_PROTOCOL_VERSION,
+    PIPES_PROTOCOL_VERSION_FIELD,
+    PipesEnvVarParamsLoader,
+    PipesFileMessageWriterChannel,
+    open_dagster_pipes,
+)
 
 from ml_assets.trainer.runtime import restarts_left
 
@@ -32,6 +40,26 @@ class Channel:
     def report(self, payload: dict) -> None:
         if self.pipes is not None:
             self.pipes.report_custom_message(payload)
+
+    def refuse(self, message: str, rank: int) -> None:
+        """Any rank: the training stops for ``message``, which no restart fixes. Rank 0 reports it as
+        always; another rank prints it and, under Pipes, appends the same report to the step's
+        message file itself (one line, appended whole: the file is the session's, and no other
+        message of this rank goes there), so the step's failure names it whichever rank met it."""
+        payload = {"kind": "refused", "message": message if self.master else f"rank {rank}: {message}"}
+        if self.master:
+            self.warn(message)
+            self.report(payload)
+            return
+        print(f"[trainer rank {rank}] {message}", file=sys.stderr, flush=True)
+        loader = PipesEnvVarParamsLoader()
+        if not loader.is_dagster_pipes_process():
+            return
+        path = loader.load_messages_params().get("path")
+        if path:  # a temp-file reader (TorchrunLauncher's); other readers hear only rank 0
+            PipesFileMessageWriterChannel(path).write_message({
+                PIPES_PROTOCOL_VERSION_FIELD: PIPES_PROTOCOL_VERSION, "method": "report_custom_message",
+                "params": {"payload": payload}})
 
     def failed(self, exc: BaseException) -> None:
         """Called while ``exc`` is being handled, before it is re-raised: under Pipes, either the rank

@@ -140,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 channel.failed(exc)
                 raise
             traceback.print_exc()  # the detail, for whoever reads the rank's log
-            channel.warn(fault)
-            channel.report({"kind": "refused", "message": fault})
+            channel.refuse(fault, rt.rank)
             code = EXIT_STORAGE
             stop_the_agent(any_rank=True)
         else:

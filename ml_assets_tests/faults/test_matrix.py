@@ -37,7 +37,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not POSTGRES, reason="ML_ASSET
 
 MODEL = "flights_delay"
 STAGES = {"ingest commit": "raw_data", "snapshot publish": "validated_snapshot", "features write": "features",
-          "training": "trained_checkpoint", "evaluation": "evaluation_report", "registration": "registered_model"}
+          "training": "trained_checkpoint", "checkpoint write": "trained_checkpoint",
+          "evaluation": "evaluation_report", "registration": "registered_model", "promotion": "production_model"}
+"""Each stage and the step whose start (training: its rank's first second; checkpoint write: the
+first file of this day's first checkpoint in the store) is the moment of the kill."""
 SERVICES = ("postgres", "mlflow", "s3", "daemon", "run worker")
 CI_CELLS = {("s3", "features write"), ("postgres", "training")}  # `make test-faults`: the rest
 FULL = os.environ.get("ML_ASSETS_FAULT_MATRIX") == "full"
@@ -67,7 +70,7 @@ def world(tmp_path_factory, s3_endpoint, bundled_spec_dict):
     try:
         with start_services(root / "services", made, proxy.endpoint, [spec], postgres_url=cluster.url) as svc:
             _ingest_windows(svc)
-            yield svc, cluster, proxy
+            yield svc, cluster, proxy, s3_endpoint
     finally:
         proxy.kill()
         cluster.stop()
@@ -167,24 +170,28 @@ def registered(svc, day: str) -> tuple[list[str], str | None]:
 
 @pytest.mark.parametrize(("service", "stage"), CELLS, ids=[f"{s}-at-{t.replace(' ', '-')}" for s, t in CELLS])
 def test_a_service_killed_as_a_stage_starts(world, service, stage):
-    svc, cluster, proxy = world
+    svc, cluster, proxy, s3 = world
     day = cell_day(CELLS.index((service, stage)))
     seen = {"service": service, "stage": stage, "day": day}
     try:
-        run_cell(svc, cluster, proxy, service, stage, day, seen)
+        run_cell(svc, lambda worker: outage(svc, cluster, proxy, service, worker), s3, service, stage, day, seen)
     finally:
         report(seen)
 
 
-def run_cell(svc, cluster, proxy, service: str, stage: str, day: str, seen: dict) -> None:
+def run_cell(svc, kill, s3: str, service: str, stage: str, day: str, seen: dict) -> None:
     from ml_assets_tests.trainer.toy import training_ranks
 
-    run_id = svc.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
+    submit = _promotion(svc, day) if stage == "promotion" else lambda: svc.graphql().submit_job_execution(
+        f"{MODEL}_daily", tags={"dagster/partition": day})
+    run_id = submit()
     worker = wait_for(lambda: started(svc, run_id, f"{MODEL}__{STAGES[stage]}"), 600, f"{stage} to start", interval=0.2)
     if stage == "training":  # mid-epoch: once the rank runs
         wait_for(lambda: training_ranks(svc.home), 120, "the training rank", interval=0.1)
         time.sleep(1)
-    outage(svc, cluster, proxy, service, worker)
+    if stage == "checkpoint write":
+        wait_for(lambda: checkpoint_begun(s3, day), 300, "this day's first checkpoint file", interval=0.05)
+    kill(worker)
     seen["run"] = status = wait_runs(svc, [run_id], 900)[run_id]
     if status != "SUCCESS":
         seen["reason"] = reason = failure_reason(svc, run_id)
@@ -192,7 +199,7 @@ def run_cell(svc, cluster, proxy, service: str, stage: str, day: str, seen: dict
     seen["problems"] = whole(svc)
     assert seen["problems"] == []
     if status != "SUCCESS":
-        again = svc.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
+        again = submit()
         seen["rerun"] = wait_runs(svc, [again], 900)[again]
         assert seen["rerun"] == "SUCCESS", failure_reason(svc, again)
         seen["problems"] = whole(svc)
@@ -200,8 +207,54 @@ def run_cell(svc, cluster, proxy, service: str, stage: str, day: str, seen: dict
     versions, recorded = registered(svc, day)
     seen["versions"], seen["recorded"] = versions, recorded
     assert len(versions) == 1 and versions == [recorded], (versions, recorded)
+    if stage == "promotion":
+        seen["champion"], seen["recorded_champion"] = champion(svc)
+        assert seen["champion"] == seen["recorded_champion"] == recorded, seen
     wait_for(lambda: not training_ranks(svc.home), 30, "no training rank to be left")
     seen["ranks_left"] = 0
+
+
+def checkpoint_begun(s3: str, day: str) -> bool:
+    """Whether a file of a checkpoint of ``day`` is in the store (read past the proxy, which is what
+    an S3 outage kills)."""
+    import boto3
+
+    listing = boto3.client("s3", endpoint_url=s3).list_objects_v2(
+        Bucket="ml-assets", Prefix=f"checkpoints/{MODEL}/date={day}/")
+    return any("/step-" in item["Key"] for item in listing.get("Contents", []))
+
+
+def _promotion(svc, day: str):
+    """The promotion cell: the day trains and registers without a fault, from no champion (so that its
+    gate, like a first model's, is against none); then the promotion of its version is the run."""
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets.registry.versions import CHAMPION
+
+    client = MlflowClient(tracking_uri=svc.mlflow_url, registry_uri=svc.mlflow_url)
+    with contextlib.suppress(Exception):  # an earlier promotion cell's champion
+        client.delete_registered_model_alias(MODEL, CHAMPION)
+    daily = svc.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
+    assert wait_runs(svc, [daily], 900)[daily] == "SUCCESS", failure_reason(svc, daily)
+    version = registered(svc, day)[1]
+    config = {"ops": {f"{MODEL}__production_model": {"config": {
+        "action": "promote", "version": version, "reason": "the fault matrix", "actor": "test"}}}}
+    return lambda: svc.graphql().submit_job_execution(f"{MODEL}_promote", run_config=config)
+
+
+def champion(svc) -> tuple[str | None, str | None]:
+    """@champion in the registry, and the version Dagster's production_model last recorded."""
+    import dagster as dg
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets.registry.versions import CHAMPION
+
+    client = MlflowClient(tracking_uri=svc.mlflow_url, registry_uri=svc.mlflow_url)
+    alias = str(client.get_model_version_by_alias(MODEL, CHAMPION).version)
+    with svc.instance() as instance:
+        records = instance.fetch_materializations(dg.AssetKey([MODEL, "production_model"]), limit=1).records
+    recorded = records[0].asset_materialization.metadata.get("champion_version") if records else None
+    return alias, str(recorded.value) if recorded is not None else None
 
 
 def report(seen: dict) -> None:
