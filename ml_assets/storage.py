@@ -119,6 +119,13 @@ def unreachable(exc: BaseException) -> str | None:
         if (type(current).__name__ in UNREACHABLE or isinstance(current, ConnectionError | TimeoutError)
                 and not isinstance(current, StoreUnavailable)):
             return f"{type(current).__name__}: {' '.join(str(current).split())}"[:300]
+        # torch.distributed.checkpoint's CheckpointException carries each rank's error (and its
+        # trace) in ``failures``, not as a cause: every rank gets the same one, so decides the same.
+        failures = getattr(current, "failures", None)
+        for failed in failures.values() if isinstance(failures, dict) else ():
+            inner = failed[0] if isinstance(failed, tuple) else failed
+            if isinstance(inner, BaseException) and (reason := unreachable(inner)):
+                return reason
         current = current.__cause__ or current.__context__
     return None
 
@@ -155,7 +162,7 @@ def patiently(uri: str, fn: Callable[[], T], say: Callable[[str], None] | None =
     for attempt in range(bound + 1):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - only a store that does not answer is retried
+        except BaseException as exc:  # only a store that does not answer (DCP's errors are BaseExceptions)
             reason = unreachable(exc)
             if reason is None:
                 raise

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ml_assets.storage import patiently
 from ml_assets.trainer.checkpoint_files import (
     CheckpointError,
     fs_and_path,
@@ -84,17 +85,21 @@ class BoosterCheckpoints:
 
     def _write(self, round_: int, raw: bytes, progress: dict) -> None:
         directory = f"{self.root}/{ROUND_PREFIX}{round_:09d}"
-        fs, path = fs_and_path(directory)
-        fs.makedirs(path, exist_ok=True)
-        with fs.open(f"{path}/{BOOSTER}", "wb") as fh:
-            fh.write(raw)
-        with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
-            fh.write(json.dumps(progress, sort_keys=True).encode())
-        if self.lease is not None:
-            self.lease.confirm()
-        write_manifest(directory, {"step": round_, "fingerprint": progress["fingerprint"], "world_size": self.world})
+
+        def write() -> None:  # may run again (a store that stopped answering): the same bytes, the same names
+            fs, path = fs_and_path(directory)
+            fs.makedirs(path, exist_ok=True)
+            with fs.open(f"{path}/{BOOSTER}", "wb") as fh:
+                fh.write(raw)
+            with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
+                fh.write(json.dumps(progress, sort_keys=True).encode())
+            if self.lease is not None:
+                self.lease.confirm()
+            write_manifest(directory, {"step": round_, "fingerprint": progress["fingerprint"], "world_size": self.world})
+
+        patiently(directory, write, say=self.warn)
         self.written += 1
-        self._prune()
+        patiently(self.root, self._prune, say=self.warn)
 
     def wait(self) -> None:
         """Block until the last save is committed; re-raise its failure."""
@@ -126,6 +131,9 @@ class BoosterCheckpoints:
         return found
 
     def _latest_verified(self, fingerprint: str) -> FoundBooster | None:
+        return patiently(self.root, lambda: self._read_latest(fingerprint), say=self.warn)
+
+    def _read_latest(self, fingerprint: str) -> FoundBooster | None:
         found = newest_verified(self.root, ROUND_PREFIX, fingerprint, self.log, self.warn)
         if found is None:
             return None

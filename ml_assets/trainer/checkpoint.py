@@ -12,6 +12,13 @@ A checkpoint without ``manifest.json`` is incomplete (the writer died): ignored.
 not match its manifest is corrupt or tampered: named in a warning and skipped for the previous one;
 if no complete checkpoint verifies, resuming fails instead of silently starting over.
 
+A store that stops answering (an S3 endpoint restarting) is waited out as ml_assets.storage
+``patiently`` waits, each wait a line of the rank's log: rank 0's own reads and writes (progress,
+manifest, pruning, best weights, finding the newest checkpoint) one by one, and DCP's collective
+saves and loads by every rank together (DCP hands every rank the same error, so they all retry).
+A background (async) write the store did not take is given up with a warning: training goes on,
+and the next checkpoint is written whole; the previous complete one stays the resume point.
+
 Nothing here unpickles anything a checkpoint store could hand us: only tensors go into DCP (so its
 loader never unpickles non-tensor items, which it would do without the weights-only guard), and
 DCP's ``.metadata`` and every file are checked first (ml_assets.trainer.checkpoint_files). The final
@@ -36,6 +43,7 @@ from safetensors.torch import save as safetensors_save
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from ml_assets.storage import patiently, unreachable
 from ml_assets.trainer.checkpoint_files import (
     CheckpointError,
     fs_and_path,
@@ -89,6 +97,8 @@ class CheckpointManager:
         self._finalizer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._best_writer: threading.Thread | None = None
+        self._writing = -1
+        """The step of the save in flight (for what a warning names)."""
 
     # saving
     def save(self, step: int, tensors: dict[str, torch.Tensor], progress: dict, *, blocking: bool = False) -> float:
@@ -97,18 +107,20 @@ class CheckpointManager:
         started = time.perf_counter()
         self.wait()
         directory = f"{self.root}/{STEP_PREFIX}{step:09d}"
-        writer = FsspecWriter(directory, overwrite=True)
+        self._writing = step
         # An FSDP shard (DTensor) counts its global size, the same on every rank: the ranks must all
         # take the same branch below (the synchronous one ends in a barrier).
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         if self.mode == "off" or blocking or size < ASYNC_MIN_BYTES:
-            dcp.save(tensors, storage_writer=writer, process_group=self.group)
+            patiently(directory, lambda: dcp.save(tensors, storage_writer=FsspecWriter(directory, overwrite=True),
+                                                  process_group=self.group), say=self.warn)
             if self.rank == 0:
                 self._finish(directory, step, progress)
             self._barrier()
         else:
             kind = AsyncCheckpointerType.PROCESS if self.mode == "process" else AsyncCheckpointerType.THREAD
-            response = dcp.async_save(tensors, storage_writer=writer, process_group=self.group, async_checkpointer_type=kind)
+            response = dcp.async_save(tensors, storage_writer=FsspecWriter(directory, overwrite=True),
+                                      process_group=self.group, async_checkpointer_type=kind)
             future = getattr(response, "upload_completion", response)
             self._pending = future
             if self.rank == 0:
@@ -125,26 +137,39 @@ class CheckpointManager:
             self._error = exc
 
     def _finish(self, directory: str, step: int, progress: dict) -> None:
-        if self.lease is not None:
-            self.lease.confirm()
-        fs, path = fs_and_path(directory)
-        with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
-            fh.write(json.dumps(progress, sort_keys=True).encode())
-        write_manifest(directory, {"step": step, "fingerprint": progress["fingerprint"], "world_size": self.world})
-        self._prune()
+        def commit() -> None:  # each part may run again: the same bytes to the same names
+            if self.lease is not None:
+                self.lease.confirm()
+            fs, path = fs_and_path(directory)
+            with fs.open(f"{path}/{PROGRESS}", "wb") as fh:
+                fh.write(json.dumps(progress, sort_keys=True).encode())
+            write_manifest(directory, {"step": step, "fingerprint": progress["fingerprint"], "world_size": self.world})
+
+        patiently(directory, commit, say=self.warn)
+        patiently(self.root, self._prune, say=self.warn)
 
     def wait(self) -> None:
-        """Block until the last save is written and committed; re-raise its failure."""
+        """Block until the last save is written and committed; re-raise its failure (an async write
+        the store did not take is given up instead, see the module's docstring)."""
+        error = None
         if self._pending is not None:
-            self._pending.result()
+            try:
+                self._pending.result()
+            except BaseException as exc:  # DCP's CheckpointException is a BaseException
+                error = exc
             self._pending = None
         if self._finalizer is not None:
             self._finalizer.join()
             self._finalizer = None
         self._join_best()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise CheckpointError(f"writing a checkpoint under {self.root} failed: {error}") from error
+        error, self._error = error or self._error, None
+        if error is None:
+            return
+        if (reason := unreachable(error)) is not None:
+            self.warn(f"the checkpoint of step {self._writing} was not written: the object store did not answer "
+                      f"({reason}); training goes on, and the next checkpoint is written whole")
+            return
+        raise CheckpointError(f"writing a checkpoint under {self.root} failed: {error}") from error
 
     def close(self) -> None:
         """Finish the last save and tear down the checkpoint group on every rank together (a gloo
@@ -191,12 +216,14 @@ class CheckpointManager:
         return Found(directory, step, progress)
 
     def _latest_verified(self, fingerprint: str) -> int | None:
-        found = newest_verified(self.root, STEP_PREFIX, fingerprint, self.log, self.warn)
+        found = patiently(self.root, lambda: newest_verified(self.root, STEP_PREFIX, fingerprint, self.log, self.warn),
+                          say=self.warn)
         return None if found is None else found[0]
 
     def load(self, found: Found, tensors: dict[str, torch.Tensor]) -> None:
         """Fill ``tensors`` in place from a verified checkpoint (keys the checkpoint lacks stay)."""
-        dcp.load(tensors, storage_reader=SafeFsspecReader(found.directory), process_group=self.group)
+        patiently(found.directory, lambda: dcp.load(tensors, storage_reader=SafeFsspecReader(found.directory),
+                                                    process_group=self.group), say=self.warn)
 
     def saved_keys(self, found: Found) -> dict[str, tuple[int, ...]]:
         metadata = SafeFsspecReader(found.directory).read_metadata()
@@ -213,7 +240,7 @@ class CheckpointManager:
         self._best_writer.start()
 
     def _write_best(self, weights: dict[str, torch.Tensor], info: dict) -> None:
-        try:
+        def write() -> None:
             if self.lease is not None:
                 self.lease.confirm()
             directory = f"{self.root}/{BEST}"
@@ -224,6 +251,9 @@ class CheckpointManager:
             with fs.open(f"{path}/model.safetensors", "wb") as fh:
                 fh.write(safetensors_save(weights))
             write_manifest(directory, info)
+
+        try:
+            patiently(self.root, write, say=self.warn)
         except BaseException as exc:  # reported by wait() on the training thread
             self._error = exc
 

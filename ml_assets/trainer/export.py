@@ -14,6 +14,7 @@ from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_save
 
 from ml_assets.layout import BOOSTER_FILE, FEATURE_STATE_FILE, META_FILE, WEIGHTS_FILE
+from ml_assets.storage import patiently
 from ml_assets.storage import read_verified as _read_verified
 from ml_assets.trainer.build import rebuild
 from ml_assets.trainer.config import DataRef
@@ -23,8 +24,11 @@ BOOSTER_FORMAT = "xgboost-ubj"
 
 def _write(base: str, files: tuple[tuple[str, bytes], ...]) -> None:
     for name, data in files:
-        with fsspec.open(f"{base}/{name}", "wb", auto_mkdir=True) as fh:
-            fh.write(data)
+        def put(uri: str = f"{base}/{name}", data: bytes = data) -> None:
+            with fsspec.open(uri, "wb", auto_mkdir=True) as fh:
+                fh.write(data)
+
+        patiently(f"{base}/{name}", put)
 
 
 def _contiguous(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -69,3 +69,28 @@ def test_past_the_bound_the_store_is_named_and_other_errors_are_not_retried(monk
     with pytest.raises(FileNotFoundError):
         patiently("s3://bucket/key", missing, say=said.append, sleep=slept.append)
     assert len(slept) == 3  # not retried
+
+
+def test_a_checkpoint_written_during_an_outage_waits_saying_so_and_is_complete(proxy):
+    # DCP's save hands the store's error back wrapped (CheckpointException, a BaseException, the
+    # error in its per-rank ``failures``): the manager must still see a store that did not answer.
+    import torch
+
+    from ml_assets.trainer.checkpoint import CheckpointManager
+    from ml_assets.trainer.checkpoint_files import verify
+
+    said: list[str] = []
+    manager = CheckpointManager("s3://retries/ckpt", rank=0, world=1, mode="off", keep_last=2, log=said.append,
+                                warn=said.append)
+    manager.save(1, {"w": torch.arange(6.0)}, {"fingerprint": "f"})  # warm connections, as mid-training
+    proxy.kill()
+    threading.Timer(6, proxy.start).start()
+    manager.save(2, {"w": torch.arange(6.0) * 2}, {"fingerprint": "f"})
+    waits = [line for line in said if "not answering" in line]
+    assert waits and "retry 1 of 6 in 1 s" in waits[0], said
+    manifest, reason = verify("s3://retries/ckpt/step-000000002")
+    assert manifest is not None, reason
+    found = manager.latest("f")
+    restored = {"w": torch.zeros(6)}
+    manager.load(found, restored)
+    assert found.step == 2 and torch.equal(restored["w"], torch.arange(6.0) * 2)
