@@ -94,3 +94,29 @@ def test_a_checkpoint_written_during_an_outage_waits_saying_so_and_is_complete(p
     restored = {"w": torch.zeros(6)}
     manager.load(found, restored)
     assert found.step == 2 and torch.equal(restored["w"], torch.arange(6.0) * 2)
+
+
+def test_an_async_checkpoint_the_store_did_not_take_is_given_up_saying_so_and_the_next_is_whole(proxy):
+    import torch
+
+    from ml_assets.trainer.checkpoint import ASYNC_MIN_BYTES, CheckpointManager
+    from ml_assets.trainer.checkpoint_files import verify
+
+    said: list[str] = []
+    manager = CheckpointManager("s3://retries/async", rank=0, world=1, mode="thread", keep_last=2, log=said.append,
+                                warn=said.append)
+    big = lambda k: {"w": torch.full((ASYNC_MIN_BYTES // 4,), float(k))}  # noqa: E731 - async only from this size
+    proxy.kill()
+    manager.save(1, big(1), {"fingerprint": "f"})  # returns at once; its write meets no store
+    deadline = time.monotonic() + 60
+    while not manager._pending.done() and time.monotonic() < deadline:  # the store back only after
+        time.sleep(0.05)
+    proxy.start()
+    manager.save(2, big(2), {"fingerprint": "f"})  # first: the last save's outcome
+    manager.close()
+    given_up = [line for line in said if "was not written" in line]
+    assert given_up and given_up[0].startswith("the checkpoint of step 1 was not written: the object store did not "
+                                               "answer ("), said
+    assert verify("s3://retries/async/step-000000001")[0] is None
+    assert verify("s3://retries/async/step-000000002")[0] is not None
+    assert manager.latest("f").step == 2
