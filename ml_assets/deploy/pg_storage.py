@@ -9,13 +9,26 @@ Pipes reader logs beside its main thread; the daemon runs several threads) and c
 returned. A connection is checked before use (pre-ping), so a restarted server costs a reconnect,
 not a failed run.
 
+A server that does not answer is waited for when a connection is taken, visibly and within a bound
+(1, 2, 4, 8, 16, 30 s: about a minute; ``ML_ASSETS_DB_RETRIES`` sets the number of retries), each
+wait a warning on the process's stderr ("PostgreSQL at host:5432/dagster not answering (…); retry
+2 of 6 in 2 s"): dagster-postgres's own retries give up after about 6 s, so a server restarting
+failed whatever run was writing an event then. Past the bound: "PostgreSQL at … did not answer …".
+Only taking a connection is retried; a statement a dying server dropped fails as it would. The
+waits are not logged through Dagster: its event log is this database.
+
 ml_assets/instance/production.yaml selects it (``storage: custom``) with the same configuration as
 ``storage: postgres``. The webserver replaces these pools with its own (``optimize_for_webserver``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import os
+import sys
+import time
 from typing import Any
 
 from dagster._serdes import ConfigurableClassData
@@ -43,6 +56,11 @@ class PooledPostgresStorage(DagsterPostgresStorage):
             storage._engine = pooled_engine(storage.postgres_url, options, token_provider)
             # The instance asks each storage itself (not this class) to switch to the webserver's pool.
             storage.optimize_for_webserver = functools.partial(_webserver_pool, storage)
+            # Every storage call takes its connection here (dagster-postgres: ``connect`` or ``_connect``).
+            patient = functools.partial(_patient_connection, storage)
+            for name in ("connect", "_connect"):
+                if hasattr(storage, name):
+                    setattr(storage, name, patient)
 
     @classmethod
     def from_config_value(cls, inst_data: ConfigurableClassData | None, config_value: Any) -> PooledPostgresStorage:
@@ -73,3 +91,52 @@ def pooled_engine(postgres_url: str, options: str | None = None, token_provider:
     if options:  # as dagster-postgres's own optimize_for_webserver passes them
         kwargs["connect_args"] = {"options": options}
     return create_pg_engine(postgres_url, token_provider, **kwargs)
+
+
+DB_RETRIES_VARIABLE = "ML_ASSETS_DB_RETRIES"
+DEFAULT_DB_RETRIES = 6
+MAX_WAIT_S = 30.0
+
+
+class DatabaseUnavailable(Exception):
+    """PostgreSQL did not answer within the bound; the message names the server and the last error."""
+
+
+def where(postgres_url: str) -> str:
+    """host:port/database of a PostgreSQL URL, without its credentials."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_url)
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+@contextlib.contextmanager
+def _patient_connection(storage: Any, *_args: Any, **_kwargs: Any):
+    connection = connect_patiently(storage._engine, where(storage.postgres_url))
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+def connect_patiently(engine: Any, place: str, sleep=time.sleep):
+    """``engine.connect()``, tried again while the server does not answer (see the module's docstring)."""
+    import sqlalchemy
+
+    value = os.environ.get(DB_RETRIES_VARIABLE, "")
+    bound = int(value) if value.isdigit() else DEFAULT_DB_RETRIES
+    for attempt in range(bound + 1):
+        try:
+            return engine.connect()
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
+            reason = " ".join(str(exc.orig if exc.orig is not None else exc).split())[:300]
+            if attempt == bound:
+                total = sum(min(MAX_WAIT_S, 2.0 ** n) for n in range(bound))
+                raise DatabaseUnavailable(f"PostgreSQL at {place} did not answer ({bound} retries over ~{total:.0f} "
+                                          f"s): {reason}") from exc
+            wait = min(MAX_WAIT_S, 2.0 ** attempt)
+            line = f"PostgreSQL at {place} not answering ({reason}); retry {attempt + 1} of {bound} in {wait:.0f} s"
+            logging.getLogger("ml_assets.postgres").warning(line)
+            print(f"[ml_assets] WARNING {line}", file=sys.stderr, flush=True)
+            sleep(wait)
+    raise AssertionError("unreachable")

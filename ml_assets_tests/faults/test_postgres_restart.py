@@ -30,3 +30,34 @@ def test_after_a_crash_the_webservers_pool_reconnects_instead_of_failing_request
         assert storage.schedule_storage.all_instigator_state() == []
     finally:
         cluster.stop()
+
+
+def test_a_call_while_the_server_is_down_waits_for_it_saying_so_and_past_the_bound_names_it(monkeypatch, capfd):
+    import threading
+
+    from ml_assets.deploy.pg_storage import DatabaseUnavailable, PooledPostgresStorage
+    from ml_assets_tests.faults.services import PrivateCluster
+
+    cluster = PrivateCluster()
+    try:
+        cluster.start()
+        cluster.create_database("dagster")
+        storage = PooledPostgresStorage(cluster.url("dagster", driver="psycopg2"))
+        assert storage.run_storage.get_runs() == []
+        cluster.kill()
+        # Longer than dagster-postgres's own retries (about 6 s): those alone failed the call.
+        threading.Timer(8, cluster.start).start()
+        assert storage.run_storage.get_runs() == []  # waited, then answered
+        waits = [line for line in capfd.readouterr().err.splitlines() if "not answering" in line]
+        assert waits and waits[0].startswith(f"[ml_assets] WARNING PostgreSQL at 127.0.0.1:{cluster.port}/dagster "
+                                             "not answering ("), waits
+        assert "retry 1 of 6 in 1 s" in waits[0]
+
+        monkeypatch.setenv("ML_ASSETS_DB_RETRIES", "1")
+        cluster.kill()
+        with pytest.raises(DatabaseUnavailable) as raised:
+            storage.event_log_storage.get_asset_records()
+        assert str(raised.value).startswith(f"PostgreSQL at 127.0.0.1:{cluster.port}/dagster did not answer "
+                                            "(1 retries over ~1 s): ")
+    finally:
+        cluster.stop()

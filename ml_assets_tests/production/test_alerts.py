@@ -96,3 +96,42 @@ def test_without_a_webhook_url_the_sensor_says_so(sensor, monkeypatch):
     monkeypatch.setenv(WEBHOOK_VARIABLE, "file:///etc/passwd")
     with dg.instance_for_test() as instance, pytest.raises(ValueError, match="must be an http"):
         tick(sensor, instance, None)
+
+
+@dg.asset(key=["toy", "features"])
+def features() -> None:
+    import sqlalchemy
+
+    raise sqlalchemy.exc.OperationalError("INSERT INTO event_logs ...", {},
+                                          Exception("server closed the connection unexpectedly"))
+
+
+@dg.asset(key=["toy", "evaluation_report"])
+def fine() -> None:
+    pass
+
+
+def test_a_database_error_is_named_as_postgresql_in_a_step_and_in_a_run_that_failed_outside_one():
+    from dagster._core.events import JobFailureData
+    from dagster._utils.error import SerializableErrorInfo
+
+    from ml_assets.deploy.alerts.failures import describe
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([features], instance=instance, raise_on_error=False)
+        run = instance.get_run_by_id(result.run_id)
+        reason = describe(instance, run, "").reason
+        assert reason.startswith("PostgreSQL: OperationalError: (builtins.Exception) server closed the connection "
+                                 "unexpectedly"), reason
+
+        # The run worker failed the run itself (an event it could not write): Dagster's message is
+        # generic, the error it carries is not.
+        run = instance.get_run_by_id(dg.materialize([fine], instance=instance).run_id)
+        cause = SerializableErrorInfo("psycopg2.OperationalError: server closed the connection unexpectedly\n", [],
+                                      "OperationalError")
+        wrapper = SerializableErrorInfo("dagster._core.errors.DagsterExecutionInterruptedError: ...", [],
+                                        "DagsterExecutionInterruptedError", cause=cause)
+        instance.report_run_failed(run, 'Execution of run for "toy_daily" failed. An exception was thrown during '
+                                        "execution.", JobFailureData(error=wrapper))
+        reason = describe(instance, instance.get_run_by_id(run.run_id), "").reason
+        assert reason == "PostgreSQL: OperationalError: server closed the connection unexpectedly", reason

@@ -52,14 +52,12 @@ def _stage(step_key: str) -> str:
 def describe(instance: dg.DagsterInstance, run: dg.DagsterRun, run_url: str) -> Alert:
     """The alert for one failed run: the failing step names the stage, its error the reason;
     ``run_url`` is the run's page in the Dagster UI."""
-    stage, reason = "run", ""
+    stage, reason, error = "run", "", None
     failures = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     if failures:
         event = failures[0].dagster_event
         stage = _stage(event.step_key or "")
-        error = getattr(event.event_specific_data, "error", None)
-        while error is not None and error.cause is not None and error.cls_name != "Failure":
-            error = error.cause  # Dagster's "Error occurred while executing op" wraps what the stage raised
+        error = _innermost(getattr(event.event_specific_data, "error", None))
         reason = _first_line(_error_text(error) if error else failures[0].message)
         if len(failures) > 1:
             stage += f" (+{len(failures) - 1} more failed steps)"
@@ -67,13 +65,41 @@ def describe(instance: dg.DagsterInstance, run: dg.DagsterRun, run_url: str) -> 
         # No step failed: the run worker died, timed out, or the run was failed by monitoring.
         for kind in (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.ENGINE_EVENT):
             logs = instance.all_logs(run.run_id, of_type=kind)
-            texts = [_first_line(log.message) for log in logs if log.message]
+            errors = [_innermost(getattr(log.dagster_event.event_specific_data, "error", None))
+                      for log in logs if log.dagster_event is not None]
+            texts = [_first_line(_error_text(e) if e else log.message) for e, log in zip(errors, logs, strict=True)
+                     if e or log.message]
             if texts:
-                reason = texts[-1]
+                reason, error = texts[-1], errors[-1]
                 break
     labels = RunLabels.from_tags(run.tags, run.job_name)
     return Alert(run_id=run.run_id, job=run.job_name, model=labels.model, partition=labels.partition, stage=stage,
-                 reason=reason or "no failure message recorded", url=run_url, backfill=labels.backfill)
+                 reason=_named(reason, error, instance) or "no failure message recorded", url=run_url,
+                 backfill=labels.backfill)
+
+
+def _innermost(error):
+    # Dagster's "Error occurred while executing op" (or "An exception was thrown during execution")
+    # wraps what was raised; a dg.Failure is already ours, in words.
+    while error is not None and error.cause is not None and error.cls_name != "Failure":
+        error = error.cause
+    return error
+
+
+DATABASE_ERRORS = {"OperationalError", "InterfaceError", "DatabaseUnavailable", "DagsterPostgresException"}
+
+
+def _named(reason: str, error, instance: dg.DagsterInstance) -> str:
+    """A database driver's error says "server closed the connection unexpectedly", not which server:
+    name PostgreSQL, and where the instance's database is when it is there."""
+    if error is None or error.cls_name not in DATABASE_ERRORS or "PostgreSQL" in reason:
+        return reason
+    url = getattr(instance.run_storage, "postgres_url", "")
+    if not url:
+        return f"PostgreSQL: {reason}"
+    from ml_assets.deploy.pg_storage import where
+
+    return f"PostgreSQL (Dagster's instance database is at {where(url)}): {reason}"
 
 
 def messages(alerts: list[Alert]) -> list[dict]:
