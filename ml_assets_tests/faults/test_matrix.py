@@ -177,6 +177,8 @@ def test_a_service_killed_as_a_stage_starts(world, service, stage):
         run_cell(svc, lambda worker: outage(svc, cluster, proxy, service, worker), s3, service, stage, day, seen)
     finally:
         report(seen)
+        if stage == "promotion":  # the next cells' candidates are gated against no champion again
+            no_champion(svc)
 
 
 def run_cell(svc, kill, s3: str, service: str, stage: str, day: str, seen: dict) -> None:
@@ -227,19 +229,25 @@ def checkpoint_begun(s3: str, day: str) -> bool:
 def _promotion(svc, day: str):
     """The promotion cell: the day trains and registers without a fault, from no champion (so that its
     gate, like a first model's, is against none); then the promotion of its version is the run."""
-    from mlflow.tracking import MlflowClient
 
-    from ml_assets.registry.versions import CHAMPION
 
-    client = MlflowClient(tracking_uri=svc.mlflow_url, registry_uri=svc.mlflow_url)
-    with contextlib.suppress(Exception):  # an earlier promotion cell's champion
-        client.delete_registered_model_alias(MODEL, CHAMPION)
+    no_champion(svc)
     daily = svc.graphql().submit_job_execution(f"{MODEL}_daily", tags={"dagster/partition": day})
     assert wait_runs(svc, [daily], 900)[daily] == "SUCCESS", failure_reason(svc, daily)
     version = registered(svc, day)[1]
     config = {"ops": {f"{MODEL}__production_model": {"config": {
         "action": "promote", "version": version, "reason": "the fault matrix", "actor": "test"}}}}
     return lambda: svc.graphql().submit_job_execution(f"{MODEL}_promote", run_config=config)
+
+
+def no_champion(svc) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from ml_assets.registry.versions import CHAMPION
+
+    client = MlflowClient(tracking_uri=svc.mlflow_url, registry_uri=svc.mlflow_url)
+    with contextlib.suppress(Exception):  # none yet
+        client.delete_registered_model_alias(MODEL, CHAMPION)
 
 
 def champion(svc) -> tuple[str | None, str | None]:

@@ -38,9 +38,13 @@ def test_a_write_during_an_outage_waits_saying_so_and_lands_once_the_store_is_ba
     store.put("warm", b"first", ".bin")  # the connection pool is warm: the outage cuts live connections
     proxy.kill()
     # Longer than botocore's own retries (a few seconds, silent): those alone failed such a write.
-    threading.Timer(10, proxy.start).start()
+    back = threading.Timer(10, proxy.start)  # (cancelled should the write fail first: no stray proxy)
+    back.start()
     started = time.monotonic()
-    ref = store.put("features", b"written during an outage", ".parquet")
+    try:
+        ref = store.put("features", b"written during an outage", ".parquet")
+    finally:
+        back.cancel()
     took = time.monotonic() - started
     assert took >= 9
     assert store.get(ref.uri, ref.sha256) == b"written during an outage"
@@ -84,8 +88,12 @@ def test_a_checkpoint_written_during_an_outage_waits_saying_so_and_is_complete(p
                                 warn=said.append)
     manager.save(1, {"w": torch.arange(6.0)}, {"fingerprint": "f"})  # warm connections, as mid-training
     proxy.kill()
-    threading.Timer(6, proxy.start).start()
-    manager.save(2, {"w": torch.arange(6.0) * 2}, {"fingerprint": "f"})
+    back = threading.Timer(6, proxy.start)
+    back.start()
+    try:
+        manager.save(2, {"w": torch.arange(6.0) * 2}, {"fingerprint": "f"})
+    finally:
+        back.cancel()
     waits = [line for line in said if "not answering" in line]
     assert waits and "retry 1 of 6 in 1 s" in waits[0], said
     manifest, reason = verify("s3://retries/ckpt/step-000000002")
