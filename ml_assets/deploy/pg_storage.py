@@ -98,6 +98,14 @@ DEFAULT_DB_RETRIES = 6
 MAX_WAIT_S = 30.0
 
 
+NOT_ANSWERING = ("connection refused", "could not connect", "server closed the connection", "connection reset",
+                 "connection timed out", "timeout expired", "no route to host", "ssl syscall error",
+                 "the database system is starting up", "the database system is shutting down",
+                 "the database system is in recovery mode", "terminating connection", "connection already closed")
+"""What a server that is down, starting or restarting makes the driver say (lowercase): waited for.
+Anything else (authentication, a database or role that does not exist) fails at once."""
+
+
 class DatabaseUnavailable(Exception):
     """PostgreSQL did not answer within the bound; the message names the server and the last error."""
 
@@ -130,6 +138,8 @@ def connect_patiently(engine: Any, place: str, sleep=time.sleep):
             return engine.connect()
         except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError) as exc:
             reason = " ".join(str(exc.orig if exc.orig is not None else exc).split())[:300]
+            if not any(marker in reason.lower() for marker in NOT_ANSWERING):
+                raise  # it answered, and said no (a password, a database that does not exist): at once
             if attempt == bound:
                 total = sum(min(MAX_WAIT_S, 2.0 ** n) for n in range(bound))
                 raise DatabaseUnavailable(f"PostgreSQL at {place} did not answer ({bound} retries over ~{total:.0f} "

@@ -61,3 +61,25 @@ def test_a_call_while_the_server_is_down_waits_for_it_saying_so_and_past_the_bou
                                             "(1 retries over ~1 s): ")
     finally:
         cluster.stop()
+
+
+def test_a_server_that_answers_no_is_not_waited_for():
+    import sqlalchemy
+
+    from ml_assets.deploy.pg_storage import connect_patiently, pooled_engine
+    from ml_assets_tests.faults.services import PrivateCluster
+
+    cluster = PrivateCluster()
+    try:
+        cluster.start()  # up, but the database is not there: a configuration to fix, not an outage
+        slept: list[float] = []
+        engine = pooled_engine(cluster.url("no_such_db", driver="psycopg2"))
+        with pytest.raises(sqlalchemy.exc.OperationalError, match='database "no_such_db" does not exist'):
+            connect_patiently(engine, "here", sleep=slept.append)
+        assert slept == []
+        cluster.kill()  # down: waited for, as many times as the bound allows
+        with pytest.raises(Exception, match="did not answer"):
+            connect_patiently(engine, "here", sleep=slept.append)
+        assert slept == [1, 2, 4, 8, 16, 30]
+    finally:
+        cluster.stop()
