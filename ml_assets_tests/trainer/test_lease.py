@@ -76,7 +76,34 @@ def test_the_store_is_chosen_by_the_directory(tmp_path):
         lease_store("gs://bucket/checkpoints/train-abc")
 
 
-def test_of_trainers_racing_for_a_free_lease_exactly_one_gets_it(directory):
+@pytest.fixture
+def serial_s3(s3_endpoint, monkeypatch):
+    """The same moto backends behind a server that answers one request at a time. moto checks a
+    conditional PUT's precondition and then writes, unlocked: under load two of its threads both
+    passed the check (seen in a full run). S3 itself is atomic; what a race here tests is that our
+    requests are conditional and a refusal is read as one, so it races against an atomic server."""
+    import s3fs
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app), threaded=False,
+                         request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield
+    server.shutdown()
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_of_trainers_racing_for_a_free_lease_exactly_one_gets_it(directory, request):
+    if directory.startswith("s3://"):
+        request.getfixturevalue("serial_s3")
     store = lease_store(directory)
     with ThreadPoolExecutor(8) as pool:
         versions = list(pool.map(lambda i: store.create(f"trainer {i}".encode()), range(8)))
