@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ml_assets import processes
+from ml_assets.storage import patiently
 
 LEASE_FILE = "lease.json"
 LOCK_FILE = ".lease.lock"
@@ -187,7 +188,9 @@ class S3LeaseStore:
         self.location = f"s3://{self.bucket}/{self.key}"
 
     def _call(self, method: str, **kwargs):
-        return self.fs.call_s3(method, Bucket=self.bucket, Key=self.key, **kwargs)
+        # A store that stops answering is waited out (ml_assets.storage); a connection refused never
+        # reached it, so a conditional request tried again cannot have been applied twice.
+        return patiently(self.location, lambda: self.fs.call_s3(method, Bucket=self.bucket, Key=self.key, **kwargs))
 
     @staticmethod
     def _refused(exc: BaseException) -> bool:
@@ -203,7 +206,7 @@ class S3LeaseStore:
                 return await body.read(), response["ETag"]
 
         try:
-            return sync(self.fs.loop, get)
+            return patiently(self.location, lambda: sync(self.fs.loop, get))
         except FileNotFoundError:
             return None
 
@@ -284,6 +287,9 @@ class Lease:
             if current is None:
                 continue  # released between our create and read
             raw, held_version = current
+            if raw == record.to_bytes():  # our own create, applied before its answer was lost
+                version = held_version
+                break
             if seen is None or seen[0] != held_version:
                 seen = (held_version, time.monotonic())
             other = _parse(raw)

@@ -128,3 +128,25 @@ def test_an_async_checkpoint_the_store_did_not_take_is_given_up_saying_so_and_th
     assert verify("s3://retries/async/step-000000001")[0] is None
     assert verify("s3://retries/async/step-000000002")[0] is not None
     assert manager.latest("f").step == 2
+
+
+def test_a_lease_taken_during_an_outage_waits_saying_so_and_is_held_once_the_store_is_back(proxy):
+    # A rank takes its checkpoint directory's lease first thing: in the fault matrix an S3 outage as
+    # training started failed rank 0 there, and torchrun restarted it.
+    from ml_assets.trainer.lease import Holder, Lease, lease_store
+
+    said: list[str] = []
+    store = lease_store("s3://retries/leased/train-abc")
+    lease = Lease(store, Holder.this_process("Dagster run r1"), ttl_seconds=30, log=said.append, warn=said.append)
+    store.read()  # warm connections
+    proxy.kill()
+    back = threading.Timer(4, proxy.start)
+    back.start()
+    try:
+        lease.acquire(wait_seconds=0)
+    finally:
+        back.cancel()
+    lease.confirm()
+    assert lease.waited_seconds >= 3 and lease.took_over == ""
+    lease.release()
+    assert store.read() is None
