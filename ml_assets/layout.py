@@ -116,9 +116,12 @@ class Layout:
     def partition_dir(self, root: str, day: dt.date | str) -> str:
         return f"{root.rstrip('/')}/{self.model}/date={_iso(day)}"
 
-    def output_dir(self, root: str, day: dt.date | str, run_id: str) -> str:
-        """Where a run's trainer exports its model."""
-        return f"{self.partition_dir(root, day)}/{run_id}"
+    def output_dir(self, root: str, day: dt.date | str, run_id: str, attempt: str) -> str:
+        """Where one execution of a run's training step exports its model. ``attempt`` tells apart
+        two executions of the same run (a resumed run, a retry): the fault matrix saw a run resumed
+        after a daemon restart export over the first execution's meta.json, which then failed its
+        sha256 check."""
+        return f"{self.partition_dir(root, day)}/{run_id}-{attempt}"
 
     def checkpoint_dir(self, root: str, day: dt.date | str, fingerprint: str) -> str:
         """Keyed by what decides the weights (the config's fingerprint), not by the run: a retry or a

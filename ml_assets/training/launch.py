@@ -7,6 +7,7 @@ import dataclasses
 import json
 import signal
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ def configure(step: Step, prepared: Prepared, checkpoint_root: str, tuned: Tuned
     layout = Layout.of(step.spec)
     try:  # a factory's code is pinned as the config is made, then tried before anything is launched
         cfg = train_config(step.spec, prepared.train, prepared.val, prepared.state.as_data_ref(),
-                           layout.output_dir(checkpoint_root, step.partition, step.run_id),
+                           layout.output_dir(checkpoint_root, step.partition, step.run_id, uuid.uuid4().hex[:8]),
                            tuned.params if tuned else {}, owner=f"Dagster run {step.run_id}",
                            data_mode=prepared.data.mode)
         if fine_tune:
