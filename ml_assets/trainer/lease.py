@@ -20,11 +20,9 @@ A held lease is **stale**, and taken over (with a warning naming the holder), wh
   clock, or its ``renewed_at`` two TTLs in the past by the waiter's wall clock (a holder on another
   machine, or one that was killed with SIGKILL, never releases it).
 
-Backends: a local directory (the read-compare-write under ``flock`` on ``.lease.lock`` beside it) and
-``s3://`` (conditional requests: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to replace and
-delete; AWS S3 and S3-compatible stores that support them). Other fsspec protocols are refused:
-there is no lease without an atomic create.
-"""
+Backends: a local directory (read-compare-write under ``flock`` on ``.lease.lock``) and ``s3://``
+(conditional requests: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to replace and delete).
+Other fsspec protocols are refused: there is no lease without an atomic create."""
 
 from __future__ import annotations
 
@@ -188,8 +186,7 @@ class S3LeaseStore:
         self.location = f"s3://{self.bucket}/{self.key}"
 
     def _call(self, method: str, **kwargs):
-        # A store that stops answering is waited out (ml_assets.storage); a connection refused never
-        # reached it, so a conditional request tried again cannot have been applied twice.
+        # Waited out when the store does not answer (ml_assets.storage); see acquire for a lost answer.
         return patiently(self.location, lambda: self.fs.call_s3(method, Bucket=self.bucket, Key=self.key, **kwargs))
 
     @staticmethod
