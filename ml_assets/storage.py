@@ -15,7 +15,6 @@ fail at once (ml_assets.trainer.faults names the last ones). No Dagster here: th
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import sys
 import time
@@ -144,8 +143,7 @@ def _say(line: str) -> None:
         import dagster as dg
 
         dg.get_dagster_logger("ml_assets").warning(line)
-    else:
-        logging.getLogger("ml_assets.store").warning(line)
+    else:  # stderr alone (a logging call would reach it twice where no handler is configured)
         print(f"[ml_assets] WARNING {line}", file=sys.stderr, flush=True)
 
 
@@ -168,8 +166,8 @@ def patiently(uri: str, fn: Callable[[], T], say: Callable[[str], None] | None =
                 raise
             if attempt == bound:
                 raise StoreUnavailable(f"the object store at {where(uri)} did not answer ({bound} retries over "
-                                       f"~{_total(bound):.0f} s) for {uri}: {reason}") from exc
-            wait = min(MAX_WAIT_S, 2.0 ** attempt)
+                                       f"~{sum(waits(bound)):.0f} s) for {uri}: {reason}") from exc
+            wait = waits(bound)[attempt]
             say(f"the object store at {where(uri)} not answering ({reason}); retry {attempt + 1} of {bound} "
                 f"in {wait:.0f} s")
             sleep(wait)
@@ -177,8 +175,9 @@ def patiently(uri: str, fn: Callable[[], T], say: Callable[[str], None] | None =
     raise AssertionError("unreachable")
 
 
-def _total(bound: int) -> float:
-    return sum(min(MAX_WAIT_S, 2.0 ** n) for n in range(bound))
+def waits(bound: int) -> list[float]:
+    """The seconds before each of ``bound`` retries: 1, 2, 4, 8, 16, then 30 (any service we wait for)."""
+    return [min(MAX_WAIT_S, 2.0 ** n) for n in range(bound)]
 
 
 def _forget_connections() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import sys
 import time
@@ -95,7 +94,6 @@ def pooled_engine(postgres_url: str, options: str | None = None, token_provider:
 
 DB_RETRIES_VARIABLE = "ML_ASSETS_DB_RETRIES"
 DEFAULT_DB_RETRIES = 6
-MAX_WAIT_S = 30.0
 
 
 NOT_ANSWERING = ("connection refused", "could not connect", "server closed the connection", "connection reset",
@@ -131,6 +129,8 @@ def connect_patiently(engine: Any, place: str, sleep=time.sleep):
     """``engine.connect()``, tried again while the server does not answer (see the module's docstring)."""
     import sqlalchemy
 
+    from ml_assets.storage import waits
+
     value = os.environ.get(DB_RETRIES_VARIABLE, "")
     bound = int(value) if value.isdigit() else DEFAULT_DB_RETRIES
     for attempt in range(bound + 1):
@@ -141,12 +141,12 @@ def connect_patiently(engine: Any, place: str, sleep=time.sleep):
             if not any(marker in reason.lower() for marker in NOT_ANSWERING):
                 raise  # it answered, and said no (a password, a database that does not exist): at once
             if attempt == bound:
-                total = sum(min(MAX_WAIT_S, 2.0 ** n) for n in range(bound))
-                raise DatabaseUnavailable(f"PostgreSQL at {place} did not answer ({bound} retries over ~{total:.0f} "
-                                          f"s): {reason}") from exc
-            wait = min(MAX_WAIT_S, 2.0 ** attempt)
+                raise DatabaseUnavailable(f"PostgreSQL at {place} did not answer ({bound} retries over "
+                                          f"~{sum(waits(bound)):.0f} s): {reason}") from exc
+            wait = waits(bound)[attempt]
             line = f"PostgreSQL at {place} not answering ({reason}); retry {attempt + 1} of {bound} in {wait:.0f} s"
-            logging.getLogger("ml_assets.postgres").warning(line)
+            # stderr alone: a logging call here would reach stderr a second time through logging's
+            # last-resort handler in a process that configured none.
             print(f"[ml_assets] WARNING {line}", file=sys.stderr, flush=True)
             sleep(wait)
     raise AssertionError("unreachable")
