@@ -14,7 +14,7 @@ export DO_NOT_TRACK := 1
 # so nothing resolves torch to a multi-GB CUDA build from the index.
 WHEELS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off $(WHEELS)
-UV := $(BIN)/uv pip install --python $(BIN)/python
+UV := $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode
 # This machine's pip config lists extra local indexes that may not exist; pip warns once per package.
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 MODEL ?= flights_delay
