@@ -208,6 +208,16 @@ def follow_process(pid: int, started: str, hangup: socket.socket | None = None) 
     return _lifeline
 
 
+def report_exit(code: int) -> None:
+    """A rank forked on a client's behalf (``follow_process``) tells its client how it ends. The zygote
+    reports the exit status once it reaps the rank, but the zygote dies with its owner (a daemon
+    restarted mid-training): without this line the client cannot know, exits as failed, and torchrun
+    restarts a training that had finished. Nothing for a rank started directly."""
+    if _lifeline is not None and _lifeline.hangup is not None:
+        with contextlib.suppress(OSError):
+            _lifeline.hangup.sendall(b'{"rank_exit": %d}\n' % int(code))
+
+
 def launcher() -> int:
     """The process that started this one as a worker (torchrun's agent, for a rank): the parent, or
     for a rank forked on a client's behalf (``follow_process``), the client's parent."""

@@ -18,6 +18,7 @@ from ml_assets.trainer.runtime import EXIT_PREEMPTED  # noqa: E402
 from ml_assets.trainer.train import main  # noqa: E402
 
 code = main()
+processes.report_exit(code)
 sys.stdout.flush()
 sys.stderr.flush()
 if code == EXIT_PREEMPTED:

@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     if first is None or "pid" not in first:
         _start_here(args, f"the trainer zygote at {path} {'refused: ' + first['refused'] if first else 'hung up'}", rank)
     rank.started(int(first["pid"]))
-    _exit_as(_read(replies), int(first["pid"]), str(first.get("started", "")))
+    said = None  # the code the rank said it ends with (processes.report_exit), should the zygote be gone
+    while (last := _read(replies)) is not None and "exit" not in last:
+        said = last.get("rank_exit", said)
+    _exit_as(last, int(first["pid"]), str(first.get("started", "")), said)
 
 
 def _orphan_grace(args: list[str]) -> float:
@@ -102,11 +105,15 @@ def _read(replies) -> dict | None:
     return json.loads(line) if line else None
 
 
-def _exit_as(last: dict | None, pid: int, started: str) -> None:
+def _exit_as(last: dict | None, pid: int, started: str, said: int | None = None) -> None:
     if last is None or "exit" not in last:
         # The zygote is gone (its owner died): the rank follows this process; wait until it is gone too.
         while processes.is_alive(pid, started or None):
             time.sleep(processes.POLL_SECONDS)
+        if said is not None:
+            sys.stderr.write(f"[ml_assets.trainer.forked] the trainer zygote exited before rank {pid}, which said it "
+                             f"ended with code {said}\n")
+            sys.exit(int(said))
         sys.stderr.write(f"[ml_assets.trainer.forked] the trainer zygote exited before rank {pid}; its exit status "
                          f"is unknown\n")
         sys.exit(processes.ORPHAN_EXIT)

@@ -9,6 +9,7 @@ import dagster as dg
 
 from ml_assets import processes
 from ml_assets.trainer import zygote
+from ml_assets.training.messages import TempFileMessageReader
 
 # What a training runs in its own processes (torchrun's agent and each rank's trainer): part of the
 # code versions of the stages that train.
@@ -105,7 +106,7 @@ class TorchrunLauncher(dg.ConfigurableResource):
     def run(self, context: dg.AssetExecutionContext, config_path: str, nproc: int, max_restarts: int = 0) -> TrainingOutcome:
         with dg.open_pipes_session(
             context=context, context_injector=dg.PipesTempFileContextInjector(),
-            message_reader=dg.PipesTempFileMessageReader(),
+            message_reader=TempFileMessageReader(),
         ) as session:
             command, env = self._launch({**os.environ, **session.get_bootstrap_env_vars()}, config_path, nproc,
                                         max_restarts)

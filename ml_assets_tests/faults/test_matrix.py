@@ -12,8 +12,9 @@ Each cell asserts what docs/operations.md promises ("When a service fails"):
    Dagster's registered_model records;
 4. no training rank is left.
 
-`make test-faults` runs every cell (ML_ASSETS_FAULT_MATRIX=full); the suite runs the cells that
-exercise distinct code paths (CI_CELLS).
+`make test-faults` runs every cell (ML_ASSETS_FAULT_MATRIX=full), or the cells it names
+(``ML_ASSETS_FAULT_MATRIX="daemon@training,s3@checkpoint write" make test-faults``); the suite runs
+the cells that exercise distinct code paths (CI_CELLS).
 """
 
 from __future__ import annotations
@@ -43,8 +44,22 @@ STAGES = {"ingest commit": "raw_data", "snapshot publish": "validated_snapshot",
 first file of this day's first checkpoint in the store) is the moment of the kill."""
 SERVICES = ("postgres", "mlflow", "s3", "daemon", "run worker")
 CI_CELLS = {("s3", "features write"), ("postgres", "training")}  # `make test-faults`: the rest
-FULL = os.environ.get("ML_ASSETS_FAULT_MATRIX") == "full"
-CELLS = [(service, stage) for service in SERVICES for stage in STAGES if FULL or (service, stage) in CI_CELLS]
+
+def chosen_cells(setting: str) -> list[tuple[str, str]]:
+    every = [(service, stage) for service in SERVICES for stage in STAGES]
+    if setting == "full":
+        return every
+    if not setting:
+        return [cell for cell in every if cell in CI_CELLS]
+    named = [tuple(part.strip().split("@", 1)) for part in setting.split(",") if part.strip()]
+    unknown = [cell for cell in named if cell not in every]
+    if unknown:
+        raise pytest.UsageError(f"ML_ASSETS_FAULT_MATRIX names no such cell: {unknown}; a cell is SERVICE@STAGE, "
+                                f"SERVICE one of {list(SERVICES)}, STAGE one of {list(STAGES)}")
+    return [cell for cell in every if cell in named]
+
+
+CELLS = chosen_cells(os.environ.get("ML_ASSETS_FAULT_MATRIX", ""))
 FIRST = dt.date(2013, 6, 3)  # days no other test uses; cell i trains FIRST + i, its window the 3 days before
 OUTAGE_S = 8
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}

@@ -164,3 +164,37 @@ def test_a_forked_client_bounds_its_rank_by_the_configs_orphan_grace(tmp_path, w
         config.write_text(written if isinstance(written, str) else json.dumps(written))
     assert client._orphan_grace(["--config", str(config)]) == grace
     assert client._orphan_grace(["--config"]) == client._orphan_grace([]) == 5.0
+
+
+def test_a_rank_whose_zygote_died_mid_training_ends_with_its_own_exit_code(tmp_path):
+    # The zygote dies with its owner (the launcher's daemon, restarted while a model trains). The rank
+    # trains on; its client then can no longer hear the exit status from the zygote and used to exit
+    # as failed, so torchrun (restarts allowed) trained the finished model a second time.
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "from ml_assets.trainer import zygote; import time; "
+                               "print(zygote.address(), flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True, env=toy.cli_env())
+    data = toy.toy_data(tmp_path / "data", train_rows=60_000)
+    config = tmp_path / "config.json"
+    toy.write_config(config, data, output_dir=str(tmp_path / "out"), epochs=3, seed=5)
+    home, log, agent = tmp_path / "home", tmp_path / "log", None
+    try:
+        path = owner.stdout.readline().strip()
+        (server,) = toy.descendants(owner.pid)
+        agent = toy.start(forked(toy.torchrun_args(config, max_restarts=2)), log, ML_ASSETS_HOME=str(home),
+                          **{zygote.SOCKET_ENV: path})
+        toy.wait_for(lambda: len(toy.training_ranks(home)) == 1, 60, "the forked rank")
+        (rank,) = toy.training_ranks(home)
+        rank_started, server_started = processes.start_ticks(rank), processes.start_ticks(server)
+        owner.kill()
+        toy.wait_for(lambda: not processes.is_alive(server, server_started), 5, "the zygote to follow its owner")
+        assert processes.is_alive(rank, rank_started), "the rank ended before its zygote: nothing was tested"
+        assert agent.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        owner.kill()
+        if agent is not None:
+            toy.kill_tree(agent)
+    stderr = log.read_text()
+    assert f"the trainer zygote exited before rank {rank}, which said it ended with code 0" in stderr
+    assert "starting the rank in this process" not in stderr  # trained once: torchrun restarted nothing
+    assert (tmp_path / "out" / "model.safetensors").exists()
