@@ -118,9 +118,10 @@ class Layout:
 
     def output_dir(self, root: str, day: dt.date | str, run_id: str, attempt: str) -> str:
         """Where one execution of a run's training step exports its model. ``attempt`` tells apart
-        two executions of the same run (a resumed run, a retry): the fault matrix saw a run resumed
-        after a daemon restart export over the first execution's meta.json, which then failed its
-        sha256 check."""
+        two executions of the same run (a step retry, a resumed run), so that one never exports over
+        another's meta.json, whose sha256 the first one's record holds. (torchrun restarting ranks
+        within one execution shares its directory; a finished rank is never restarted, see
+        ml_assets.processes.report_exit.)"""
         return f"{self.partition_dir(root, day)}/{run_id}-{attempt}"
 
     def checkpoint_dir(self, root: str, day: dt.date | str, fingerprint: str) -> str:

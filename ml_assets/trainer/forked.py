@@ -105,7 +105,7 @@ def _read(replies) -> dict | None:
     return json.loads(line) if line else None
 
 
-def _exit_as(last: dict | None, pid: int, started: str, said: int | None = None) -> None:
+def _exit_as(last: dict | None, pid: int, started: str, said: int | None) -> None:
     if last is None or "exit" not in last:
         # The zygote is gone (its owner died): the rank follows this process; wait until it is gone too.
         while processes.is_alive(pid, started or None):
