@@ -6,7 +6,9 @@ it returns. A line the trainer is still appending comes back cut short when the 
 page boundary becomes visible a page at a time). The parse fails, the reader thread dies, and every
 later message of the training is lost: a training that went on to finish failed its step with "did
 not receive closed message" and was trained again by the retry (seen in a full test run). Here a
-line is handed on only once its newline has arrived.
+line is handed on only once its newline has arrived, and the file is read to its end after the
+session closes (Dagster's reader asks whether to stop after an empty read, so lines landing between
+the two were dropped: seen in CI).
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ def whole_lines(path: str, should_stop: Callable[[], bool]) -> Iterator[str]:
     pending = ""
     with open(path, encoding="utf-8") as stream:
         while True:
+            # Asked before reading: a stop set between an empty read and the question would lose
+            # what was written just before it (the trainer's last messages, "closed" among them).
+            stopping = should_stop()
             part = stream.readline()
             if part:
                 pending += part
                 if pending.endswith("\n"):
                     yield pending
                     pending = ""
-            elif should_stop():
+            elif stopping:
                 break
             else:
                 time.sleep(POLL_SECONDS)

@@ -34,6 +34,21 @@ def test_a_line_read_while_it_is_being_written_is_handed_on_once_whole(tmp_path)
     assert lines == [message] * 3 + ['{"cut": ']
 
 
+def test_lines_written_just_before_the_stop_are_still_read(tmp_path):
+    # The race Dagster's tail_file has (seen failing in CI): the reader finds the file empty, the
+    # trainer's last lines land and the session closes, then the reader asks whether to stop.
+    path = tmp_path / "messages"
+    path.write_text("")
+    lines = ['{"method": "report_asset_materialization"}\n', '{"method": "closed"}\n']
+
+    def stop_after_the_last_write():
+        if path.stat().st_size == 0:
+            path.write_text("".join(lines))
+        return True
+
+    assert list(whole_lines(str(path), stop_after_the_last_write)) == lines
+
+
 def test_messages_reach_the_step_through_the_reader(tmp_path):
     # The real Pipes session: what a trainer writes to the file the reader names becomes the step's.
     @dg.asset
