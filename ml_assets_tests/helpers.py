@@ -58,6 +58,18 @@ def model_spec(data: Mapping[str, Any] | None = None, **sections: Any) -> ModelS
     return ModelSpec.model_validate(spec_data(data, **sections))
 
 
+def group_commands(pgid: int) -> list[str]:
+    """The command lines of the live processes in process group ``pgid``."""
+    commands = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                commands.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return commands
+
+
 def listen_port() -> int:
     """A free TCP port on loopback for a process that binds it later (a rendezvous, a server): drawn
     below the kernel's ephemeral range, where no client connection or bind(0) of another test can

@@ -66,8 +66,16 @@ def ml_assets_cli(*args: str, models_dir: Path, **env: str) -> subprocess.Comple
                           timeout=300, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir), **env))
 
 
-def lineage_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
-    return ml_assets_cli("lineage", *args, models_dir=models_dir, **env)
+def read_cli(*args: str, models_dir: Path) -> subprocess.CompletedProcess:
+    """A command that only reads (lineage, audit, card, status, verify without --repair), run in this
+    process: the same ``cli.main``, without a fresh interpreter's ~7 s of imports. Commands that run
+    a Dagster job go through ``ml_assets_cli``, in their own process as a user's would."""
+    code, out, err = cli_in_process(*args, models_dir=models_dir)
+    return subprocess.CompletedProcess(["ml-assets", *args], code, out, err)
+
+
+def lineage_cli(*args: str, models_dir: Path) -> subprocess.CompletedProcess:
+    return read_cli("lineage", *args, models_dir=models_dir)
 
 
 def latest_metadata(instance: dg.DagsterInstance, stage: str, day: dt.date) -> dict | None:
@@ -202,17 +210,17 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     evaluation = gate.event.dagster_event.event_specific_data
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
     assert evaluation.metadata["verdict"].value == "refused"
-    audited = json.loads(ml_assets_cli("audit", "flights_delay", "--format", "json", models_dir=models).stdout)
+    audited = json.loads(read_cli("audit", "flights_delay", "--format", "json", models_dir=models).stdout)
     [refused] = audited["refused"]
     assert (refused["partition"], refused["champion_version"]) == (day.isoformat(), str(version.version))
     assert refused["checkpoint_sha256"] == weak["checkpoint_sha256"] and refused["reason"] == weak["gate_reason"]
     assert refused["value"] == weak["roc_auc"] and refused["dagster_run_id"] == run.run_id
-    shown = ml_assets_cli("audit", "flights_delay", models_dir=models).stdout
+    shown = read_cli("audit", "flights_delay", models_dir=models).stdout
     assert "## Refused candidates (1;" in shown and weak["gate_reason"] in shown
-    card = ml_assets_cli("card", "flights_delay", models_dir=models).stdout
+    card = read_cli("card", "flights_delay", models_dir=models).stdout
     assert "Candidates refused while this version was champion" in card and day.isoformat() in card
     # `ml-assets status`: the champion, its age in partitions, the last decision and refusal, compute.
-    fresh = ml_assets_cli("status", "flights_delay", "--format", "json", models_dir=models)
+    fresh = read_cli("status", "flights_delay", "--format", "json", models_dir=models)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     [state] = json.loads(fresh.stdout)
     assert (state["champion_version"], state["newest_partition"]) == (str(version.version), day.isoformat())
@@ -224,9 +232,9 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
         asset_key=dg.AssetKey(["flights_delay", "production_model"])), limit=1).records
     seen = seen.event_log_entry.asset_observation.metadata
     assert seen["champion_age_days"].value == 0 and seen["last_refusal"].value["partition"] == day.isoformat()
-    table = ml_assets_cli("status", models_dir=models).stdout
+    table = read_cli("status", models_dir=models).stdout
     assert f"champion          v{version.version} (partition {day.isoformat()}), 0 day(s) behind" in table
-    unknown = ml_assets_cli("status", "no_such_model", models_dir=models)
+    unknown = read_cli("status", "no_such_model", models_dir=models)
     assert unknown.returncode == 2 and "no model 'no_such_model' is declared here" in unknown.stderr
     check_verify_finds_and_repairs_lost_bytes(client, settings, version, chain["days"][0], models)
 
@@ -238,7 +246,7 @@ def check_verify_finds_and_repairs_lost_bytes(client, settings, version, first_d
     re-ingests the day and retrains the version, putting back the same bytes."""
     from urllib.parse import urlparse
 
-    whole = ml_assets_cli("verify", "flights_delay", models_dir=models)
+    whole = read_cli("verify", "flights_delay", models_dir=models)
     assert whole.returncode == 0 and whole.stdout.startswith("flights_delay: whole: "), whole.stderr[-3000:]
     day, v = first_day["day"], str(version.version)
     [rows] = [o for o in first_day["objects"] if o["path"].startswith("rows/")]
@@ -248,7 +256,7 @@ def check_verify_finds_and_repairs_lost_bytes(client, settings, version, first_d
     checkpoint = Path(version.tags["checkpoint_uri"])
     checkpoint.unlink()
 
-    found = ml_assets_cli("verify", "flights_delay", models_dir=models)
+    found = read_cli("verify", "flights_delay", models_dir=models)
     assert found.returncode == 1
     problems = [line.strip() for line in found.stderr.splitlines() if line.strip().startswith("PROBLEM")]
     assert f"PROBLEM object {rows['path']}: missing ({rows['sha256'][:12]}" in found.stderr
@@ -259,7 +267,7 @@ def check_verify_finds_and_repairs_lost_bytes(client, settings, version, first_d
     assert found.stderr.strip().splitlines()[-1].startswith("ml-assets verify: ")
     assert "`ml-assets verify --repair` rebuilds" in found.stderr.strip().splitlines()[-1]
     for command in (("audit", "flights_delay"), ("card", "flights_delay")):
-        refused = ml_assets_cli(*command, models_dir=models)
+        refused = read_cli(*command, models_dir=models)
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
         assert "model.safetensors" in refused.stderr and "Traceback" not in refused.stderr
 
@@ -326,14 +334,14 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
     assert "reviewed the report" in logged.read_text() and "in production (@champion)" in logged.read_text()
     assert client.get_model_version("flights_delay", str(version.version)).tags["model_card"] == (
         f"runs:/{version.run_id}/card/model_card.html")
-    printed = ml_assets_cli("card", "flights_delay", models_dir=models)
+    printed = read_cli("card", "flights_delay", models_dir=models)
     assert printed.returncode == 0 and printed.stdout == logged.read_text(), printed.stderr[-3000:]
     for part in ("## Intended use", "**Owner**: ml-platform (team ml-platform)", "## Training data",
                  "| metric | this model | base_rate | linear |",
                  "Slices (roc_auc):", "## Reproduce and trace", "reviewed the report"):
         assert part in printed.stdout, part
     page = tmp_path / "card.html"
-    written = ml_assets_cli("card", "flights_delay", "--format", "html", "--output", str(page), models_dir=models)
+    written = read_cli("card", "flights_delay", "--format", "html", "--output", str(page), models_dir=models)
     assert written.returncode == 0, written.stderr[-3000:]
     html = page.read_text()
     # Self-contained: the plots are inside, nothing is fetched from anywhere.
@@ -362,7 +370,7 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
     raw = rows.drop("delayed", "local_day_of_week", "local_month", "local_holiday").rename({"__timestamp": "time_hour"})
     assert abs(model.predict(raw.to_pandas()) - expected).max() < 1e-6
 
-    audit = ml_assets_cli("audit", "flights_delay", models_dir=models)
+    audit = read_cli("audit", "flights_delay", models_dir=models)
     assert audit.returncode == 0, audit.stderr[-3000:]
     heading = audit.stdout.splitlines()[0]
     assert heading.startswith(f"# Audit: flights_delay version {version.version} (") and "@champion" in heading
@@ -370,7 +378,7 @@ def check_promotion_reproduction_and_audit(instance, client, version, day, model
                  "## Data: checks each day passed before reaching main", "schema, nulls", "## Promotions",
                  "reviewed the report", "## Reproducibility pins", "world size 2, seed 13", "0 mismatch(es)"):
         assert part in audit.stdout, (part, audit.stdout)
-    as_json = json.loads(ml_assets_cli("audit", "flights_delay", "--format", "json", models_dir=models).stdout)
+    as_json = json.loads(read_cli("audit", "flights_delay", "--format", "json", models_dir=models).stdout)
     assert as_json["is_champion"] and as_json["promotions"] == [record]
 
     # Rebuilt from the records alone (data files by sha256, config, seed, world size): the same bits.
@@ -453,7 +461,7 @@ def test_lakefs_backend_end_to_end_through_the_sdk(home, tmp_path, spec_dict):
             assert proc.returncode == 0, proc.stderr[-4000:]
         proc = materialize("group:flights_delay", day, models, **env)
         assert proc.returncode == 0, proc.stderr[-4000:]
-        traced = lineage_cli("flights_delay", "--json", models_dir=models, **env)
+        traced = ml_assets_cli("lineage", "flights_delay", "--json", models_dir=models, **env)
         assert traced.returncode == 0, traced.stderr[-3000:]
         # The store's history walked through lakeFS's API: log, each commit's diff, each object read.
         verified = ml_assets_cli("verify", "flights_delay", models_dir=models, **env)

@@ -124,6 +124,10 @@ def run_mlflow_server(host: str, port: int, workers: int, allowed_hosts: list[st
         print(f"ml-assets mlflow-server: {exc} (see docs/deployment.md)", file=sys.stderr)
         return 2
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow's job runner (GenAI jobs: prompt optimization, trace rollups; nothing this platform
+    # asks of it) starts eight huey worker processes beside the server, each importing mlflow: about
+    # 2.4 GB of memory and 35 s of CPU per start here. An operator who wants it sets the variable.
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     sys.stdout.flush()
     os.execv(command[0], command)
     return 0  # not reached

@@ -28,7 +28,14 @@ from ml_assets.promotion import moves as promotion
 from ml_assets.registry import versions as registry
 from ml_assets.spec import load_spec
 from ml_assets.versioning import LocalVersionStore
-from ml_assets_tests.helpers import VENV_BIN, cli_env, free_port, version_with_files, write_spec
+from ml_assets_tests.helpers import (
+    VENV_BIN,
+    cli_env,
+    free_port,
+    group_commands,
+    version_with_files,
+    write_spec,
+)
 from ml_assets_tests.production.conftest import (
     POSTGRES,
     REPO,
@@ -93,6 +100,8 @@ def server(tmp_path_factory, postgres_database) -> AuthServer:
         wait_for(lambda: proc.poll() is not None or _http_ok(f"{env['MLFLOW_TRACKING_URI']}/health"), 120,
                  "the MLflow server")
         assert proc.poll() is None, (root / "mlflow.log").read_text()[-3000:]
+        # No job runner beside the server (MLflow starts eight workers for jobs nobody here runs).
+        assert not [cmd for cmd in group_commands(proc.pid) if "huey" in cmd or "_job_runner" in cmd]
         create_platform_identity({**env, **platform}, admin)
         made = subprocess.run([str(VENV_BIN / "ml-assets"), "mlflow-users", "create-user", TEAM_USER],
                               env={**env, **admin, "ML_ASSETS_NEW_USER_PASSWORD": TEAM_PASSWORD}, cwd=REPO,
