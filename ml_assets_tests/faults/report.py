@@ -24,7 +24,7 @@ def row(cell: dict) -> str:
 
 def main(path: str) -> None:
     cells = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    print("| killed | as this stage started | the run | stores whole | versions for the day | promises |")
+    print("| killed | as this stage started | the run | stores whole | the day's registered version(s) | promises |")
     print("|---|---|---|---|---|---|")
     for cell in cells:
         print(row(cell))
