@@ -22,6 +22,7 @@ from ml_assets_tests.production.conftest import (
     POSTGRES,
     REPO,
     dagster_yaml,
+    private_postgres,
     start_services,
     wait_for,
 )
@@ -53,11 +54,12 @@ def instance_config() -> str:
 
 
 @pytest.fixture(scope="module")
-def teams(tmp_path_factory, postgres_database, s3_endpoint, bundled_spec_dict):
+def teams(tmp_path_factory, s3_endpoint, bundled_spec_dict):
     specs = [team_model(bundled_spec_dict, "a_delays", "team-a", "normal"),
              team_model(bundled_spec_dict, "b_delays", "team-b", "high")]
-    with start_services(tmp_path_factory.mktemp("fairness"), postgres_database, s3_endpoint, specs,
-                        instance=instance_config()) as svc:
+    with private_postgres() as (make, url), start_services(
+            tmp_path_factory.mktemp("fairness"), make, s3_endpoint, specs, instance=instance_config(),
+            postgres_url=url) as svc:
         yield svc
 
 
