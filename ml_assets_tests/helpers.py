@@ -60,13 +60,16 @@ def model_spec(data: Mapping[str, Any] | None = None, **sections: Any) -> ModelS
 
 def group_commands(pgid: int) -> list[str]:
     """The command lines of the live processes in process group ``pgid``."""
+    from ml_assets.processes import stat_fields
+
     commands = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == pgid:
-                commands.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = stat_fields(proc.name)
+        if fields and int(fields[2]) == pgid:  # field 5 of proc(5): the process group
+            try:
+                commands.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                continue  # gone meanwhile
     return commands
 
 
