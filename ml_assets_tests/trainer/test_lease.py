@@ -166,10 +166,16 @@ def test_an_unrenewed_lease_from_another_machine_is_taken_over_after_its_ttl(dir
     before = time.monotonic()  # its last renewal
     taker, _ = lease(directory, "next")
     taker.acquire(wait_seconds=10, poll_seconds=0.1)
-    assert 0.9 <= time.monotonic() - before < 5
-    # Unchanged for a TTL as the taker watched it, or (a first look that came late, on a loaded
-    # machine: seen in a full run) last renewed two TTLs ago by its own clock: either way, stale.
-    assert "not renewed for" in taker.took_over or "last renewed" in taker.took_over, taker.took_over
+    watched, aged = time.monotonic() - before, time.time() - stale.record.renewed_at
+    # Unchanged for a TTL as the taker watched it (its own monotonic clock), or last renewed two
+    # TTLs ago by the wall clock the holder stamped: the second is how a holder on another machine
+    # is judged, and a wall clock that steps (seen once in CI: taken over 0.74 s after the renewal
+    # by the monotonic clock) makes it the one that answers first. Either way, never before a TTL.
+    assert watched < 5, taker.took_over
+    if "not renewed for" in taker.took_over:
+        assert watched >= 0.9, taker.took_over
+    else:
+        assert "last renewed" in taker.took_over and aged >= 1.9, (taker.took_over, watched, aged)
     with pytest.raises(LeaseLost, match="now held by"):  # the old holder learns it lost it
         stale.renew()
 
