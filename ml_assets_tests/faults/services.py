@@ -91,8 +91,9 @@ PROXY = Path(__file__).with_name("tcp_proxy.py")
 class Proxy:
     """``tcp_proxy.py`` as a process: listen on ``port``, forward to ``target``."""
 
-    def __init__(self, target: str, logs: Path) -> None:
+    def __init__(self, target: str, logs: Path, *options: str) -> None:
         self.target, self.port, self.logs, self.proc = target, free_port(), logs, None
+        self.options = options
 
     @property
     def endpoint(self) -> str:
@@ -100,7 +101,7 @@ class Proxy:
 
     def start(self) -> None:
         log = open(self.logs / "s3-proxy.log", "ab")  # noqa: SIM115 (kept for the process's life)
-        self.proc = subprocess.Popen([sys.executable, str(PROXY), str(self.port), self.target], stdout=log,
+        self.proc = subprocess.Popen([sys.executable, str(PROXY), str(self.port), self.target, *self.options], stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         import socket
 

@@ -144,6 +144,30 @@ def test_a_released_lease_goes_to_the_trainer_waiting_for_it(directory):
         first.confirm()
 
 
+def test_a_create_applied_whose_answer_was_lost_is_known_as_ours(s3_endpoint, bucket, tmp_path, monkeypatch):
+    """The store applied our create, but its answer was lost on the way back: the retry is refused
+    (a lease exists), and reading it back finds our own bytes, so the lease is ours; not another
+    holder's to wait for (which, with no wait allowed, would refuse the training)."""
+    import s3fs
+
+    from ml_assets_tests.faults.services import Proxy
+
+    proxy = Proxy(s3_endpoint, tmp_path, "--lose-first-answer")
+    proxy.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        mine, said = lease(f"s3://{bucket}/checkpoints/{uuid.uuid4().hex[:8]}/train-abc", "Dagster run mine1111")
+        mine.acquire(wait_seconds=0)
+        mine.confirm()
+        assert mine.held and not mine.took_over and not any("held by" in line for line in said.lines), said.lines
+        assert "lost an answer" in (tmp_path / "s3-proxy.log").read_text()  # the answer really was lost
+        mine.release()
+    finally:
+        proxy.kill()
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
 def test_the_lease_of_a_dead_holder_is_taken_over_at_once_and_said_so(directory):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     started = processes.start_ticks(dead.pid)
