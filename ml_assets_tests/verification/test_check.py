@@ -103,3 +103,22 @@ def test_the_scheduled_job_is_green_on_a_whole_store_and_fails_naming_what_was_l
     reason = failure.step_failure_data.user_failure_data.description
     assert reason.startswith(f"{MODEL}: 1 problem(s) in ") and "object rows/date=2024-01-01/part-0.parquet: missing" in reason
     assert reason.endswith(f"(`ml-assets verify {MODEL} --repair` rebuilds what it can)")
+
+
+def test_repair_sends_an_object_of_no_one_day_to_a_backup_and_rebuilds_nothing(tmp_path):
+    """A repair's limit: no day's ingest writes a dimension table shared by every day, so a lost one
+    is named for a restore from a backup, and nothing is ingested or committed in its place."""
+    from ml_assets.verification.repair import repair
+
+    store = LocalVersionStore(tmp_path)
+    store.ensure_repository(REPO)
+    publish(store, "2024-01-01", b"one")
+    head = store.log(REPO, "main")[0].id
+    object_file(tmp_path, b"shops").unlink()
+    report = check(None, store, MODEL)
+    assert [(f.subject, f.days) for f in report.findings] == [("object dimensions/shops/part-0.parquet", ())]
+    # No settings, spec or registry: a repair that tried to ingest or retrain would fail here.
+    lines = repair(None, None, None, store, report, tmp_path / "work")
+    assert lines == ["object dimensions/shops/part-0.parquet: not of one day, so no day's ingest rebuilds it; "
+                     "restore it from a backup"]
+    assert store.log(REPO, "main")[0].id == head and not check(None, store, MODEL).whole
