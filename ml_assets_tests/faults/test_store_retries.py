@@ -150,3 +150,63 @@ def test_a_lease_taken_during_an_outage_waits_saying_so_and_is_held_once_the_sto
     assert lease.waited_seconds >= 3 and lease.took_over == ""
     lease.release()
     assert store.read() is None
+
+
+TWO_RANKS = """
+import os, pathlib, sys, time
+import torch, torch.distributed as dist
+from ml_assets.trainer.checkpoint import CheckpointManager
+
+dist.init_process_group("gloo")
+rank, here = dist.get_rank(), pathlib.Path(sys.argv[1])
+say = lambda line: print(f"rank {rank}: {line}", flush=True)
+manager = CheckpointManager("s3://retries/two-ranks", rank=rank, world=2, mode="off", keep_last=2, log=say, warn=say)
+state = lambda k: {"w": torch.full((1000,), float(k + rank))}
+manager.save(1, state(1), {"fingerprint": "f"})  # warm connections, as mid-training
+(here / f"ready-{rank}").touch()
+while not (here / "cut").exists():
+    time.sleep(0.05)
+manager.save(2, state(2), {"fingerprint": "f"})
+say(f"saved step 2")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torchrun
+def test_two_ranks_wait_out_an_outage_together_and_write_a_whole_checkpoint(proxy, tmp_path):
+    """DCP's save is collective: a rank whose write met no store fails every rank's save with one
+    error, so every rank retries the save together (none goes ahead alone into a collective the
+    others left), and the checkpoint is whole once the store is back."""
+    import subprocess
+    import sys
+
+    from ml_assets.trainer.checkpoint_files import verify
+    from ml_assets_tests.helpers import cli_env
+    from ml_assets_tests.trainer.toy import free_port
+
+    script = tmp_path / "two_ranks.py"
+    script.write_text(TWO_RANKS)
+    ranks = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+                              f"--master_port={free_port()}", str(script), str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=cli_env(AWS_ENDPOINT_URL=proxy.endpoint, AWS_MAX_ATTEMPTS="1", OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready-{r}").exists() for r in (0, 1)):
+            assert ranks.poll() is None and time.monotonic() < deadline, ranks.communicate()[0][-3000:]
+            time.sleep(0.1)
+        proxy.kill()
+        (tmp_path / "cut").touch()
+        time.sleep(6)
+        proxy.start()
+        out, _ = ranks.communicate(timeout=180)
+    finally:
+        if ranks.poll() is None:
+            ranks.kill()
+    assert ranks.returncode == 0, out[-3000:]
+    for rank in (0, 1):  # each rank waited, saying so, and went on
+        waits = [line for line in out.splitlines() if line.startswith(f"rank {rank}: ") and "not answering" in line]
+        assert waits and "retry 1 of 6 in 1 s" in waits[0], out[-3000:]
+        assert f"rank {rank}: saved step 2" in out
+    manifest, reason = verify("s3://retries/two-ranks/step-000000002")
+    assert manifest is not None and manifest["world_size"] == 2, reason
