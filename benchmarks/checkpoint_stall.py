@@ -13,6 +13,9 @@ save of the same >= 100 MB state, and training throughput with periodic checkpoi
 
 Goals: async stall / sync stall <= 0.2; throughput with checkpoints / without >= 0.97.
 
+``--quick`` (the suite's smoke run) uses width 1024 (a state of about 50 MB, still above the size
+from which saves are async), two saves and a 24-step training: its figures are not the goals'.
+
 Warm start: none here, every training is a full one (benchmarks/README.md, "Warm start").
 """
 
@@ -32,12 +35,15 @@ from benchmarks._training import bundled_inputs, median, spec_training, train
 from ml_assets.trainer.checkpoint import CheckpointManager
 from ml_assets.trainer.model import ModelConfig, build_model
 
-WIDTH = 2048
-BIG = {"family": "residual_mlp", "hidden_sizes": [WIDTH]}
+WIDTH, QUICK_WIDTH = 2048, 1024
 
 
-def big_state() -> dict[str, torch.Tensor]:
-    model = build_model(ModelConfig(n_numeric=16, cardinalities=[20, 100, 100], hidden_sizes=[WIDTH], dropout=0.0,
+def big(width: int) -> dict:
+    return {"family": "residual_mlp", "hidden_sizes": [width]}
+
+
+def big_state(width: int) -> dict[str, torch.Tensor]:
+    model = build_model(ModelConfig(n_numeric=16, cardinalities=[20, 100, 100], hidden_sizes=[width], dropout=0.0,
                                     family="residual_mlp"))
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.randn(8, 16), torch.zeros(8, 3, dtype=torch.int64)).sum().backward()
@@ -49,10 +55,10 @@ def big_state() -> dict[str, torch.Tensor]:
     return out
 
 
-def stalls(root: Path, saves: int) -> dict[str, list[float]]:
+def stalls(root: Path, saves: int, width: int) -> dict[str, list[float]]:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
-    tensors = big_state()
+    tensors = big_state(width)
     size = sum(t.numel() * t.element_size() for t in tensors.values())
     print(f"state: {size / 2**20:.0f} MiB in {len(tensors)} tensors")
     managers = {mode: CheckpointManager(str(root / mode), rank=0, world=1, mode=mode, keep_last=1,
@@ -74,14 +80,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer saves, a short training run each")
     args = parser.parse_args()
     saves, runs, steps, every = (2, 1, 24, 1.0) if args.quick else (5, 3, 160, 10.0)
+    width = QUICK_WIDTH if args.quick else WIDTH
     with tempfile.TemporaryDirectory(prefix="ml_assets-bench-") as tmp:
-        times = stalls(Path(tmp) / "stall", saves)
+        times = stalls(Path(tmp) / "stall", saves, width)
         sync = statistics.median(times["off"])
         for mode in ("thread", "process"):
             print(f"async ({mode}) save holds training {statistics.median(times[mode]):.3f}s; synchronous save "
                   f"{sync:.3f}s  (ratio {statistics.median(times[mode]) / sync:.3f})")
         inputs = bundled_inputs(Path(tmp) / "data", 10 if args.quick else 30)
-        fields = {**spec_training(), **BIG, "epochs": 100, "max_steps": steps, "threads": 1,
+        fields = {**spec_training(), **big(width), "epochs": 100, "max_steps": steps, "threads": 1,
                   "report_every_steps": 10_000}
         with_ckpt, without, written = [], [], []
         for _ in range(runs):

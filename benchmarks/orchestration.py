@@ -41,7 +41,7 @@ Warm start: the spec's ``training.warm_start`` is dropped, so every repetition o
 partition trains in full (with it, each after the first would skip: the registry holds a version
 trained from the same feature bytes); the daily decision's cost is benchmarks.retrain_cost's.
 
-``--quick`` trains a 3-day window for one epoch, once each way, and queues 5 partitions once, on
+``--quick`` trains a 3-day window for one epoch on one rank, once each way, and queues 5 partitions once, on
 PostgreSQL only.
 
 Ends with:
@@ -109,7 +109,8 @@ def write_models(root: Path, quick: bool = False) -> Path:
     # benchmarks.retrain_cost's.
     data["training"].pop("warm_start", None)
     if quick:  # seconds of training instead of a minute; such a model is not held to the floors or the baseline
-        data["training"].update({"window_days": 3, "validation_days": 1, "epochs": 1})
+        # One rank: a second's start (~2.5 s of imports) on 2 cores is most of such a training.
+        data["training"].update({"window_days": 3, "validation_days": 1, "epochs": 1, "processes_per_node": 1})
         data["evaluation"]["test_days"] = 1
         data["promotion"].update(floors={}, beat_baseline=False)
     (root / "models" / f"{MODEL}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
