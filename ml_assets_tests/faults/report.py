@@ -18,14 +18,16 @@ def row(cell: dict) -> str:
     problems = cell.get("problems")
     whole = "not checked" if problems is None else "yes" if not problems else f"{len(problems)} problem(s)"
     versions = ", ".join(cell.get("versions", [])) or "-"
-    return (f"| {cell['service']} | {cell['stage']} | {then} | {whole} | {versions} | "
+    told = " / ".join(cell.get("said", [])).replace("|", "/") or "-"
+    return (f"| {cell['service']} | {cell['stage']} | {then} | {told} | {whole} | {versions} | "
             f"{'all held' if held(cell) else 'FAILED'} |")
 
 
 def main(path: str) -> None:
     cells = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    print("| killed | as this stage started | the run | stores whole | the day's registered version(s) | promises |")
-    print("|---|---|---|---|---|---|")
+    print("| killed | as this stage started | the run | what its log said of the fault | stores whole | "
+          "the day's registered version(s) | promises |")
+    print("|---|---|---|---|---|---|---|")
     for cell in cells:
         print(row(cell))
     print(f"RESULT fault_matrix_cells_whole {sum(map(held, cells))} goal == {len(cells)}")

@@ -23,6 +23,7 @@ import contextlib
 import copy
 import datetime as dt
 import json
+import logging
 import os
 import re
 import signal
@@ -212,6 +213,7 @@ def run_cell(svc, kill, s3: str, service: str, stage: str, day: str, seen: dict)
         wait_for(lambda: checkpoint_begun(s3, day), 300, "this day's first checkpoint file", interval=0.05)
     kill(worker)
     seen["run"] = status = wait_runs(svc, [run_id], 900)[run_id]
+    seen["said"] = said(svc, run_id)
     if status != "SUCCESS":
         seen["reason"] = reason = failure_reason(svc, run_id)
         assert SERVICE_WORDS[service].search(reason), f"{service} at {stage}: the run failed with {reason!r}"
@@ -231,6 +233,19 @@ def run_cell(svc, kill, s3: str, service: str, stage: str, day: str, seen: dict)
         assert seen["champion"] == seen["recorded_champion"] == recorded, seen
     wait_for(lambda: not training_ranks(svc.home), 30, "no training rank to be left")
     seen["ranks_left"] = 0
+
+
+SAID = re.compile(r"not answering|did not answer|Resumed run|zygote exited|took over|resum", re.I)
+
+
+def said(svc, run_id: str) -> list[str]:
+    """What the run's log told its user of the fault: the first two distinct warnings, or lines about
+    a wait, a retry or a resumption (the report's "what you see")."""
+    with svc.instance() as instance:
+        events = instance.all_logs(run_id)
+    lines = [re.sub(r"\?[^\"\s)]*", "?…", " ".join(e.user_message.split()))[:240] for e in events  # no queries
+             if e.user_message and (e.level >= logging.WARNING or SAID.search(e.user_message))]
+    return list(dict.fromkeys(lines))[:2]
 
 
 def checkpoint_begun(s3: str, day: str) -> bool:
