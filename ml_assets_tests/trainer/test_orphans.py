@@ -26,7 +26,6 @@ import pytest
 
 from ml_assets.instance import LOCAL_INSTANCE
 from ml_assets_tests.helpers import cli_env, small_training, spec_data, write_spec
-from ml_assets_tests.test_e2e_cli import INGEST, materialize
 from ml_assets_tests.trainer.toy import (
     processes_started_for,
     python_module,
@@ -75,7 +74,8 @@ class Home:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory) -> Home:
-    """A home with the three days of a 3-day window ingested (once for the module)."""
+    """A home with the three days of a 3-day window ingested (once for the module, by one
+    `ml-assets backfill`)."""
     root = tmp_path_factory.mktemp("orphans")
     dagster_home = root / "home" / "dagster"
     dagster_home.mkdir(parents=True)
@@ -83,9 +83,11 @@ def home(tmp_path_factory) -> Home:
     world = Home(root, {"ML_ASSETS_HOME": str(root / "home"), "DAGSTER_HOME": str(dagster_home),
                         "MLFLOW_DISABLE_TELEMETRY": "true"})
     models = world.spec(seed=0, epochs=1)
-    for n in (3, 2, 1):
-        proc = materialize(INGEST, DAY - dt.timedelta(days=n), models, **world.env)
-        assert proc.returncode == 0, proc.stderr[-4000:]
+    filled = subprocess.run([sys.executable, "-m", "ml_assets.cli", "backfill", "flights_delay", "--start",
+                             (DAY - dt.timedelta(days=3)).isoformat(), "--end", (DAY - dt.timedelta(days=1)).isoformat()],
+                            capture_output=True, text=True, timeout=600,
+                            env=cli_env(ML_ASSETS_MODELS_DIR=str(models), **world.env))
+    assert filled.returncode == 0, filled.stderr[-4000:]
     return world
 
 
