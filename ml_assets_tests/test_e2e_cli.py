@@ -61,6 +61,14 @@ def materialize(select: str, day: dt.date, models_dir: Path, **env: str) -> subp
     )
 
 
+def backfill_window(day: dt.date, models_dir: Path, days: int = 3) -> None:
+    """The ``days`` days before ``day`` ingested by one `ml-assets backfill`, in this process (its
+    runs on this process's instance): a window's history for a test whose subject is ``day``."""
+    code, _, err = cli_in_process("backfill", "flights_delay", "--start", (day - dt.timedelta(days=days)).isoformat(),
+                                  "--end", (day - dt.timedelta(days=1)).isoformat(), models_dir=models_dir)
+    assert code == 0, err[-4000:]
+
+
 def ml_assets_cli(*args: str, models_dir: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ml_assets.cli", *args], capture_output=True, text=True,
                           timeout=300, env=cli_env(ML_ASSETS_MODELS_DIR=str(models_dir), **env))
@@ -99,9 +107,7 @@ def test_cli_materializes_a_window_and_registers_a_traceable_model(home, tmp_pat
     before = bystander_state(load_settings())
     # The window's days through `ml-assets backfill` in this process (their runs on the same
     # instance; the bystander's day above went through the CLI): the subject is the daily graph.
-    code, _, err = cli_in_process("backfill", "flights_delay", "--start", (day - dt.timedelta(days=3)).isoformat(),
-                               "--end", (day - dt.timedelta(days=1)).isoformat(), models_dir=models)
-    assert code == 0, err[-4000:]
+    backfill_window(day, models)
     proc = materialize("group:flights_delay", day, models)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "epoch 2/2" in proc.stderr  # the trainer's progress reached Dagster's log via Pipes
@@ -460,10 +466,8 @@ def test_lakefs_backend_end_to_end_through_the_sdk(home, tmp_path, spec_dict, mo
                "LAKEFS_STORAGE_NAMESPACE": "local://ml-assets"}
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        code, _, err = cli_in_process("backfill", "flights_delay", "--start", (day - dt.timedelta(days=3)).isoformat(),
-                                      "--end", (day - dt.timedelta(days=1)).isoformat(), models_dir=models)
-        assert code == 0, err[-4000:]
-        proc = materialize("group:flights_delay", day, models, **env)
+        backfill_window(day, models)
+        proc = materialize("group:flights_delay", day, models)  # the variables above reach it too
         assert proc.returncode == 0, proc.stderr[-4000:]
         traced = read_cli("lineage", "flights_delay", "--json", models_dir=models)
         assert traced.returncode == 0, traced.stderr[-3000:]

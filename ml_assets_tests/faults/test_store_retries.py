@@ -153,7 +153,7 @@ def test_a_lease_taken_during_an_outage_waits_saying_so_and_is_held_once_the_sto
 
 
 TWO_RANKS = """
-import os, pathlib, sys, time
+import pathlib, sys, time
 import torch, torch.distributed as dist
 from ml_assets.trainer.checkpoint import CheckpointManager
 
@@ -167,7 +167,7 @@ manager.save(1, state(1), {"fingerprint": "f"})  # warm connections, as mid-trai
 while not (here / "cut").exists():
     time.sleep(0.05)
 manager.save(2, state(2), {"fingerprint": "f"})
-say(f"saved step 2")
+say("saved step 2")
 dist.destroy_process_group()
 """
 

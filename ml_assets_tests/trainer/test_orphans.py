@@ -26,6 +26,7 @@ import pytest
 
 from ml_assets.instance import LOCAL_INSTANCE
 from ml_assets_tests.helpers import cli_env, small_training, spec_data, write_spec
+from ml_assets_tests.test_e2e_cli import ml_assets_cli
 from ml_assets_tests.trainer.toy import (
     processes_started_for,
     python_module,
@@ -83,10 +84,8 @@ def home(tmp_path_factory) -> Home:
     world = Home(root, {"ML_ASSETS_HOME": str(root / "home"), "DAGSTER_HOME": str(dagster_home),
                         "MLFLOW_DISABLE_TELEMETRY": "true"})
     models = world.spec(seed=0, epochs=1)
-    filled = subprocess.run([sys.executable, "-m", "ml_assets.cli", "backfill", "flights_delay", "--start",
-                             (DAY - dt.timedelta(days=3)).isoformat(), "--end", (DAY - dt.timedelta(days=1)).isoformat()],
-                            capture_output=True, text=True, timeout=600,
-                            env=cli_env(ML_ASSETS_MODELS_DIR=str(models), **world.env))
+    filled = ml_assets_cli("backfill", "flights_delay", "--start", (DAY - dt.timedelta(days=3)).isoformat(),
+                           "--end", (DAY - dt.timedelta(days=1)).isoformat(), models_dir=models, **world.env)
     assert filled.returncode == 0, filled.stderr[-4000:]
     return world
 

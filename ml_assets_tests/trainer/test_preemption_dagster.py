@@ -14,8 +14,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ml_assets_tests.helpers import cli_env, cli_in_process, small_training, write_spec
-from ml_assets_tests.test_e2e_cli import latest_metadata
+from ml_assets_tests.helpers import cli_env, small_training, write_spec
+from ml_assets_tests.test_e2e_cli import backfill_window, latest_metadata
 from ml_assets_tests.trainer.toy import descendants, python_module, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -36,18 +36,16 @@ def trainer_workers(root: int) -> list[int]:
 
 def start_training(home: Path, tmp_path: Path, spec_dict: dict, **training) -> tuple[subprocess.Popen, Path, dt.date]:
     """Ingest the three days of a 3-day window (one `ml-assets backfill`, in this process), start
-    `dagster asset materialize` of the training
-    step, and wait until it has written a checkpoint. 60 epochs of two days (~900 steps; the first
-    checkpoint at step 20): the kill lands early, and what is left after the resume is a short
-    training (300 epochs cost each test two minutes of training after it)."""
+    `dagster asset materialize` of the training step, and wait until it has written a checkpoint.
+    60 epochs of two days (~900 steps; the first checkpoint at step 20): the kill lands early, and
+    what is left after the resume is a short training (300 epochs cost each test two minutes of
+    training after it)."""
     models = tmp_path / "models"
     data = small_training(spec_dict, window_days=3, epochs=60)
     data["training"].update(processes_per_node=1, checkpoint={"every_steps": 20, "every_seconds": 0}, **training)
     write_spec(models, data)
     day = dt.date(2013, 3, 4)
-    code, _, err = cli_in_process("backfill", "flights_delay", "--start", (day - dt.timedelta(days=3)).isoformat(),
-                                  "--end", (day - dt.timedelta(days=1)).isoformat(), models_dir=models)
-    assert code == 0, err[-4000:]
+    backfill_window(day, models)
     log = tmp_path / "materialize.log"
     cli = subprocess.Popen(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "ml_assets", "--select",
